@@ -1,0 +1,17 @@
+#pragma once
+// The subcommands of the `fanout` binary. Each add_* registers its flags on the
+// CLI11 app and returns the callback that runs it once parsing succeeded; the
+// callback returns the process exit code. Errors are thrown as fanout::Error
+// and printed by main as one line.
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace fanout::app {
+
+using Command = std::function<int()>;
+
+Command add_devices_command(CLI::App& app);
+
+}  // namespace fanout::app

@@ -1,0 +1,68 @@
+#pragma once
+// One Allocator per device, with byte accounting readable at any time: live and
+// peak bytes in total and per MemTag (params, grads, optimizer state, ...), so the
+// engine can report where each device's memory goes. CPU: 64-byte aligned host
+// memory. CUDA: the device's stream-ordered memory pool (cudaMallocAsync).
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <string>
+
+#include "engine/core/device.h"
+
+namespace fanout {
+
+enum class MemTag { other, params, grads, optimizer, activations, comm, data };
+constexpr int kNumMemTags = 7;
+const char* mem_tag_name(MemTag tag);
+
+struct MemStats {
+  size_t live = 0, peak = 0;  // bytes
+};
+
+struct AllocatorStats {
+  MemStats total;
+  std::array<MemStats, kNumMemTags> by_tag;
+  size_t num_allocs = 0;
+  const MemStats& tag(MemTag t) const { return by_tag[static_cast<int>(t)]; }
+};
+
+class Allocator {
+ public:
+  explicit Allocator(Device device) : device_(device) {}
+  virtual ~Allocator() = default;
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  void* allocate(size_t bytes, MemTag tag = MemTag::other);
+  void deallocate(void* ptr, size_t bytes, MemTag tag = MemTag::other) noexcept;
+
+  Device device() const { return device_; }
+  AllocatorStats stats() const;
+  // Peak := live, for every tag (to measure one phase).
+  void reset_peak();
+
+ protected:
+  virtual void* raw_allocate(size_t bytes) = 0;
+  virtual void raw_deallocate(void* ptr, size_t bytes) noexcept = 0;
+
+ private:
+  struct Counter {
+    std::atomic<size_t> live{0}, peak{0};
+    void add(size_t bytes);
+    void sub(size_t bytes) { live.fetch_sub(bytes); }
+  };
+  Device device_;
+  Counter total_;
+  std::array<Counter, kNumMemTags> tags_;
+  std::atomic<size_t> num_allocs_{0};
+};
+
+// The process-wide allocator of `device` (created on first use, never destroyed).
+Allocator& allocator_for(Device device);
+
+// "12.3 MiB"
+std::string bytes_str(size_t bytes);
+
+}  // namespace fanout

@@ -1,0 +1,45 @@
+#pragma once
+// The few CUDA runtime calls engine/core needs, behind a header that does not
+// include CUDA: device discovery (0 devices when the build has no CUDA or the
+// machine no driver, silently), and thin wrappers for streams, events, memory.
+// In a build without CUDA every wrapper except discovery throws InternalError.
+
+#include <cstddef>
+#include <string>
+
+namespace fanout {
+
+struct CudaDeviceInfo {
+  std::string name;
+  size_t total_bytes = 0;
+  int sm_count = 0;
+  int major = 0, minor = 0;
+};
+
+bool cuda_compiled();                   // was this binary built with the CUDA backend
+int cuda_device_count();                // 0 without CUDA build, driver or devices; never throws
+std::string cuda_unavailable_reason();  // why cuda_device_count() is 0, one line
+CudaDeviceInfo cuda_device_info(int index);
+
+// Opaque handles: cudaStream_t / cudaEvent_t as void*.
+void cuda_set_device(int index);
+void* cuda_stream_create(int device);
+void cuda_stream_destroy(void* stream) noexcept;
+void cuda_stream_synchronize(void* stream);
+void* cuda_event_create(int device);
+void cuda_event_destroy(void* event) noexcept;
+void cuda_event_record(void* event, void* stream);
+void cuda_stream_wait_event(void* stream, void* event);
+void cuda_event_synchronize(void* event);
+bool cuda_event_query(void* event);
+void* cuda_malloc_async(size_t bytes, int device, void* stream);
+void cuda_free_async(void* ptr, int device, void* stream) noexcept;
+void cuda_device_synchronize(int device) noexcept;  // errors surface at the next checked call
+
+enum class CudaCopy { host_to_device, device_to_host, device_to_device };
+void cuda_memcpy_async(void* dst, const void* src, size_t bytes, CudaCopy kind, void* stream);
+void cuda_memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device,
+                            size_t bytes, void* stream);
+void cuda_memset_async(void* dst, int value, size_t bytes, void* stream);
+
+}  // namespace fanout

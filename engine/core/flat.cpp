@@ -1,0 +1,85 @@
+#include "engine/core/flat.h"
+
+#include <tbb/parallel_for.h>
+
+#include "engine/core/check.h"
+#include "engine/core/flat_cuda.h"
+
+namespace fanout {
+
+namespace {
+constexpr int64_t kGrain = 1 << 16;
+
+void check_f32(const Stream& stream, const Tensor& t, const char* what) {
+  FANOUT_ASSERT(t.dtype() == DType::f32, what, ": f32 buffer expected, got ", t.str());
+  FANOUT_ASSERT(t.device().kind == stream.device().kind &&
+                    (t.device().is_cpu() || t.device() == stream.device()),
+                what, ": ", t.str(), " on stream ", stream.name());
+}
+
+// Runs body(begin, end) over [0, n) in oneTBB chunks.
+template <typename F>
+void parallel_range(int64_t n, F body) {
+  if (n <= kGrain) return body(int64_t{0}, n);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kGrain),
+                    [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+}
+}  // namespace
+
+void flat_fill(Stream& stream, const Tensor& dst, float value) {
+  check_f32(stream, dst, "flat_fill");
+  int64_t n = dst.numel();
+  if (dst.device().is_cuda())
+    return cuda::flat_fill_f32(stream.cuda_handle(), dst.data<float>(), n, value);
+  stream.enqueue([dst, n, value] {
+    float* d = dst.data<float>();
+    parallel_range(n, [&](int64_t b, int64_t e) { std::fill(d + b, d + e, value); });
+  });
+}
+
+void flat_add(Stream& stream, const Tensor& dst, const Tensor& src) {
+  check_f32(stream, dst, "flat_add");
+  check_f32(stream, src, "flat_add");
+  FANOUT_ASSERT(dst.numel() == src.numel(), "flat_add ", src.str(), " into ", dst.str());
+  FANOUT_ASSERT(dst.device() == src.device(), "flat_add across devices: copy first");
+  int64_t n = dst.numel();
+  if (dst.device().is_cuda()) {
+    return cuda::flat_add_f32(stream.cuda_handle(), dst.data<float>(), src.data<float>(), n);
+  }
+  stream.enqueue([dst, src, n] {
+    float* d = dst.data<float>();
+    const float* s = src.data<float>();
+    parallel_range(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) d[i] += s[i];
+    });
+  });
+}
+
+void flat_scale(Stream& stream, const Tensor& dst, float alpha) {
+  check_f32(stream, dst, "flat_scale");
+  int64_t n = dst.numel();
+  if (dst.device().is_cuda())
+    return cuda::flat_scale_f32(stream.cuda_handle(), dst.data<float>(), n, alpha);
+  stream.enqueue([dst, n, alpha] {
+    float* d = dst.data<float>();
+    parallel_range(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) d[i] *= alpha;
+    });
+  });
+}
+
+#ifndef FANOUT_HAS_CUDA
+namespace cuda {
+void flat_fill_f32(void*, float*, int64_t, float) {
+  FANOUT_ASSERT(false, "no CUDA backend");
+}
+void flat_add_f32(void*, float*, const float*, int64_t) {
+  FANOUT_ASSERT(false, "no CUDA backend");
+}
+void flat_scale_f32(void*, float*, int64_t, float) {
+  FANOUT_ASSERT(false, "no CUDA backend");
+}
+}  // namespace cuda
+#endif
+
+}  // namespace fanout

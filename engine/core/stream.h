@@ -1,0 +1,92 @@
+#pragma once
+// Stream: an in-order queue of work on one device. CPU streams run closures on
+// their own worker thread (so a compute and a comm stream really overlap); CUDA
+// streams wrap cudaStream_t. Event: a point in a stream's queue that another
+// stream (or the host) can wait for — the only way work crosses streams.
+//
+// Errors (Note [Sticky stream errors]): a closure that throws marks its CPU stream
+// failed; later closures are skipped (event records still run, so no waiter hangs)
+// until synchronize() rethrows the error, naming the stream, and clears it.
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/core/device.h"
+
+namespace fanout {
+
+class Worker;
+
+class Stream {
+ public:
+  Stream(Device device, std::string name);  // name: a trace lane, e.g. "cpu:0 compute"
+  ~Stream();                                // waits for queued work; never throws
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  Device device() const { return device_; }
+  const std::string& name() const { return name_; }
+
+  // CPU streams: run fn after everything queued before it.
+  void enqueue(std::function<void()> fn);
+  // Waits for all queued work; rethrows the first error since the last synchronize.
+  void synchronize();
+  // cudaStream_t of a CUDA stream (nullptr for CPU streams).
+  void* cuda_handle() const { return cuda_stream_; }
+
+  // Internal to Event and StreamSpan: a closure that runs even on a failed stream.
+  void enqueue_marker(std::function<void()> fn);
+
+ private:
+  void run(const std::function<void()>& fn, bool always);
+
+  Device device_;
+  std::string name_;
+  std::unique_ptr<Worker> worker_;  // CPU
+  void* cuda_stream_ = nullptr;     // CUDA
+  std::mutex error_mu_;
+  std::exception_ptr error_;
+};
+
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  // Marks the current end of `stream`'s queue.
+  void record(Stream& stream);
+  // Work queued on `stream` after this call starts only once the last record()ed point ran.
+  void wait(Stream& stream);
+  // The host waits for the last record()ed point.
+  void synchronize();
+  bool query();
+
+ private:
+  struct CpuState;
+  std::shared_ptr<CpuState> cpu_;
+  void* cuda_event_ = nullptr;
+  int cuda_device_ = -1;
+};
+
+// A span on the stream's trace lane, timed when the stream actually runs it
+// (CPU streams), or on the host (CUDA streams).
+class StreamSpan {
+ public:
+  StreamSpan(Stream& stream, std::string name);
+  ~StreamSpan();
+  StreamSpan(const StreamSpan&) = delete;
+  StreamSpan& operator=(const StreamSpan&) = delete;
+
+ private:
+  Stream& stream_;
+  std::shared_ptr<int64_t> begin_us_;
+  std::string name_;
+  bool active_ = false;
+};
+
+}  // namespace fanout
