@@ -1,0 +1,29 @@
+#pragma once
+// Causal grouped-query attention as HF Llama computes it: scale D^-0.5, query head
+// h reads kv head h / (H / KV) (adjacent query heads share one kv head, as HF's
+// repeat_kv), softmax over keys j <= Tk - Tq + i. Forward saves the log-sum-exp of
+// each query's scaled scores so backward recomputes the probabilities.
+
+#include <cstdint>
+
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
+
+namespace fanout::ops {
+
+// out (B, Tq, H, D) = attention(q (B, Tq, H, D), k, v (B, Tk, KV, D)); lse (B, H, Tq)
+// saved for backward. Query i sits at absolute position Tk - Tq + i (Tk >= Tq: a KV
+// cache holds the earlier positions). H % KV == 0. Overwrites out and lse.
+void attention_forward(Stream& stream, const Tensor& out, const Tensor& lse, const Tensor& q,
+                       const Tensor& k, const Tensor& v, int64_t B, int64_t Tq, int64_t Tk,
+                       int64_t H, int64_t KV, int64_t D);
+
+// Training backward (Tq == Tk == T): dq (B, T, H, D), dk, dv (B, T, KV, D) from
+// dout (B, T, H, D), with out and lse from attention_forward. dk and dv sum over the
+// query heads of their group. Overwrites dq, dk, dv.
+void attention_backward(Stream& stream, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const Tensor& lse, int64_t B, int64_t T, int64_t H,
+                        int64_t KV, int64_t D);
+
+}  // namespace fanout::ops

@@ -1,0 +1,45 @@
+#include "ops/rope.h"
+
+#include "engine/core/check.h"
+#include "ops/check_args.h"
+#include "ops/cpu/rope.h"
+
+namespace fanout::ops {
+
+void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t B, int64_t T,
+                  int64_t H, int64_t D, double theta, int64_t pos_offset) {
+  const char* op = "rope_forward";
+  FANOUT_ASSERT(D % 2 == 0, op, ": head dim ", D, " is odd");
+  FANOUT_ASSERT(pos_offset >= 0, op, ": pos_offset ", pos_offset, " is negative");
+  check_arg(op, "out", stream, out, DType::f32, B * T * H * D);
+  check_arg(op, "inp", stream, inp, DType::f32, B * T * H * D);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        cpu::rope_forward(out.data<float>(), inp.data<float>(), B, T, H, D, theta, pos_offset);
+      });
+      return;
+    case DeviceKind::cuda:
+      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+  }
+}
+
+void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64_t B, int64_t T,
+                   int64_t H, int64_t D, double theta, int64_t pos_offset) {
+  const char* op = "rope_backward";
+  FANOUT_ASSERT(D % 2 == 0, op, ": head dim ", D, " is odd");
+  FANOUT_ASSERT(pos_offset >= 0, op, ": pos_offset ", pos_offset, " is negative");
+  check_arg(op, "dinp", stream, dinp, DType::f32, B * T * H * D);
+  check_arg(op, "dout", stream, dout, DType::f32, B * T * H * D);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        cpu::rope_backward(dinp.data<float>(), dout.data<float>(), B, T, H, D, theta, pos_offset);
+      });
+      return;
+    case DeviceKind::cuda:
+      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+  }
+}
+
+}  // namespace fanout::ops

@@ -1,0 +1,148 @@
+// RoPE: forward against the direct double formula and HF's rotate_half form,
+// position offsets against slicing a longer sequence, backward against central
+// finite differences (all in double), and the f32 dispatch (in place) against double.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "ops/cpu/rope.h"
+#include "ops/rope.h"
+#include "tests/ops/op_test_util.h"
+
+using namespace fanout;
+using namespace fanout::test;
+
+namespace {
+struct Sizes {
+  int64_t B, T, H, D;
+};
+const Sizes kSizes[] = {{1, 1, 1, 2}, {2, 5, 4, 6}, {1, 7, 3, 8}, {3, 4, 2, 2}, {2, 33, 2, 64}};
+constexpr double kTheta = 10000.0;
+
+std::vector<double> forward_double(const std::vector<double>& x, Sizes s, double theta,
+                                   int64_t pos_offset) {
+  std::vector<double> y(x.size());
+  ops::cpu::rope_forward<double>(y.data(), x.data(), s.B, s.T, s.H, s.D, theta, pos_offset);
+  return y;
+}
+}  // namespace
+
+TEST_CASE("rope forward matches the direct double formula") {
+  for (Sizes s : kSizes) {
+    for (int64_t pos_offset : {0, 3, 1000}) {
+      CAPTURE(s.B);
+      CAPTURE(s.T);
+      CAPTURE(s.H);
+      CAPTURE(s.D);
+      CAPTURE(pos_offset);
+      auto x = random_vector(s.B * s.T * s.H * s.D, 1, -2, 2);
+      std::vector<double> expected(x.size());
+      int64_t half = s.D / 2;
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t t = 0; t < s.T; ++t)
+          for (int64_t h = 0; h < s.H; ++h)
+            for (int64_t i = 0; i < half; ++i) {
+              int64_t base = ((b * s.T + t) * s.H + h) * s.D;
+              double angle = (pos_offset + t) / std::pow(kTheta, 2.0 * i / s.D);
+              double x1 = x[base + i], x2 = x[base + i + half];
+              expected[base + i] = x1 * std::cos(angle) - x2 * std::sin(angle);
+              expected[base + i + half] = x2 * std::cos(angle) + x1 * std::sin(angle);
+            }
+      REQUIRE(max_abs(expected) > 0.1);
+      std::string why;
+      CHECK_MESSAGE(
+          all_close(forward_double(x, s, kTheta, pos_offset), expected, 1e-12, 1e-12, &why), why);
+    }
+  }
+}
+
+TEST_CASE("rope forward matches HF rotate_half on a hand-worked case") {
+  // HF: emb = cat(freqs, freqs); out = x * cos(emb) + rotate_half(x) * sin(emb) with
+  // rotate_half(x) = cat(-x2, x1). One token row of D = 4 at positions 0..2.
+  Sizes s{1, 3, 1, 4};
+  std::vector<double> x = {1, 2, 3, 4, -1, 0.5, 2, -3, 0.25, -2, 1, 1.5};
+  std::vector<double> expected(x.size());
+  for (int64_t t = 0; t < s.T; ++t) {
+    const double* xt = x.data() + t * s.D;
+    double inv_freq[2] = {1.0, 1.0 / 100.0};  // 1/10000^(0/4), 1/10000^(2/4)
+    double emb[4] = {t * inv_freq[0], t * inv_freq[1], t * inv_freq[0], t * inv_freq[1]};
+    double rot[4] = {-xt[2], -xt[3], xt[0], xt[1]};
+    for (int64_t d = 0; d < s.D; ++d)
+      expected[t * s.D + d] = xt[d] * std::cos(emb[d]) + rot[d] * std::sin(emb[d]);
+  }
+  // Position 0 is the identity.
+  for (int64_t d = 0; d < s.D; ++d) CHECK(expected[d] == x[d]);
+  std::string why;
+  CHECK_MESSAGE(all_close(forward_double(x, s, kTheta, 0), expected, 1e-14, 1e-14, &why), why);
+}
+
+TEST_CASE("rope at pos_offset equals the same rows of a longer sequence") {
+  Sizes full{2, 11, 3, 8};
+  auto x = random_vector(full.B * full.T * full.H * full.D, 2, -2, 2);
+  auto y_full = forward_double(x, full, kTheta, 0);
+  for (int64_t p : {1, 4, 10}) {
+    CAPTURE(p);
+    Sizes tail{full.B, full.T - p, full.H, full.D};
+    int64_t row = full.H * full.D;  // elements per token
+    std::vector<double> x_tail, y_expected;
+    for (int64_t b = 0; b < full.B; ++b) {
+      auto begin = (b * full.T + p) * row, end = (b + 1) * full.T * row;
+      x_tail.insert(x_tail.end(), x.begin() + begin, x.begin() + end);
+      y_expected.insert(y_expected.end(), y_full.begin() + begin, y_full.begin() + end);
+    }
+    std::string why;
+    CHECK_MESSAGE(
+        all_close(forward_double(x_tail, tail, kTheta, p), y_expected, 1e-14, 1e-14, &why), why);
+  }
+}
+
+TEST_CASE("rope backward matches central finite differences") {
+  for (Sizes s : kSizes) {
+    if (s.B * s.T * s.H * s.D > 1000) continue;  // finite differences are quadratic
+    CAPTURE(s.B);
+    CAPTURE(s.T);
+    CAPTURE(s.H);
+    CAPTURE(s.D);
+    int64_t pos_offset = 5;
+    auto x = random_vector(s.B * s.T * s.H * s.D, 3, -2, 2);
+    auto dy = random_vector(x.size(), 4);
+    std::vector<double> dx(x.size(), 123.0);  // overwritten
+    ops::cpu::rope_backward<double>(dx.data(), dy.data(), s.B, s.T, s.H, s.D, kTheta, pos_offset);
+    auto gx = numeric_grad(
+        [&](const std::vector<double>& v) {
+          return dot(forward_double(v, s, kTheta, pos_offset), dy);
+        },
+        x);
+    REQUIRE(max_abs(gx) > 0.1);
+    std::string why;
+    CHECK_MESSAGE(all_close(dx, gx, 1e-6, 1e-8, &why), why);
+  }
+}
+
+TEST_CASE("rope f32 dispatch on a CPU device works in place and agrees with double") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  Sizes sz{2, 9, 4, 16};
+  int64_t pos_offset = 7;
+  int64_t n = sz.B * sz.T * sz.H * sz.D;
+  auto x = random_vector(n, 5, -2, 2);
+  auto dy = random_vector(n, 6);
+  auto y = forward_double(x, sz, kTheta, pos_offset);
+  std::vector<double> dx(n);
+  ops::cpu::rope_backward<double>(dx.data(), dy.data(), sz.B, sz.T, sz.H, sz.D, kTheta, pos_offset);
+  Shape shape{sz.B, sz.T, sz.H, sz.D};
+  Tensor tx = f32_tensor(s, x, shape), tdy = f32_tensor(s, dy, shape);
+  Tensor ty = Tensor::empty(shape, DType::f32, cpu_device(0));
+  Tensor tdx = f32_tensor(s, std::vector<double>(n, 0.25), shape);  // overwritten
+  ops::rope_forward(s, ty, tx, sz.B, sz.T, sz.H, sz.D, kTheta, pos_offset);
+  ops::rope_backward(s, tdx, tdy, sz.B, sz.T, sz.H, sz.D, kTheta, pos_offset);
+  ops::rope_forward(s, tx, tx, sz.B, sz.T, sz.H, sz.D, kTheta, pos_offset);     // in place
+  ops::rope_backward(s, tdy, tdy, sz.B, sz.T, sz.H, sz.D, kTheta, pos_offset);  // in place
+  REQUIRE(max_abs(y) > 0.1);
+  REQUIRE(max_abs(dx) > 0.1);
+  std::string why;
+  CHECK_MESSAGE(all_close(f32_values(s, ty), y, 1e-5, 1e-6, &why), why);
+  CHECK_MESSAGE(all_close(f32_values(s, tx), y, 1e-5, 1e-6, &why), why);
+  CHECK_MESSAGE(all_close(f32_values(s, tdx), dx, 1e-5, 1e-6, &why), why);
+  CHECK_MESSAGE(all_close(f32_values(s, tdy), dx, 1e-5, 1e-6, &why), why);
+}
