@@ -1,0 +1,13 @@
+#pragma once
+// CPU fp32 <-> bf16 casts (see ops/cast.h): the scalar conversions of
+// engine/core/dtype.h applied element-wise. bf16 values are raw uint16_t bits.
+
+#include <cstdint>
+
+namespace fanout::ops::cpu {
+
+void cast_f32_to_bf16(uint16_t* dst, const float* src, int64_t n);
+
+void cast_bf16_to_f32(float* dst, const uint16_t* src, int64_t n);
+
+}  // namespace fanout::ops::cpu

@@ -1,0 +1,66 @@
+#include "ops/cpu/embedding.h"
+
+#include <algorithm>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include "engine/core/check.h"
+
+namespace fanout::ops::cpu {
+
+namespace {
+
+// A bad id is bad data from the loader (a tokenizer/model mismatch), so it is a
+// user error. Checked serially before any write so a failure leaves `out` untouched.
+void check_ids(const int32_t* ids, int64_t N, int64_t V) {
+  for (int64_t n = 0; n < N; ++n) {
+    FANOUT_CHECK(ids[n] >= 0 && ids[n] < V, "embedding: token id ", ids[n],
+                 " is out of range for vocabulary size ", V, " (at position ", n, ")");
+  }
+}
+
+// Channels per task in the backward scatter: a few cache lines of every row.
+constexpr int64_t kChannelGrain = 64;
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+template <typename T>
+void embedding_forward(T* out, const int32_t* ids, const T* table, int64_t N, int64_t C,
+                       int64_t V) {
+  check_ids(ids, N, V);
+  tbb::parallel_for(int64_t{0}, N, [&](int64_t n) {
+    const T* row = table + static_cast<int64_t>(ids[n]) * C;
+    std::copy(row, row + C, out + n * C);
+  });
+}
+
+template <typename T>
+void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t N, int64_t C,
+                        int64_t V) {
+  check_ids(ids, N, V);
+  // Repeated ids hit the same table row, so splitting over tokens would race. Each
+  // task owns a band of channels and walks every token in order: no two tasks
+  // write the same element, and the sum order (hence the result) is deterministic.
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, C, kChannelGrain),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      for (int64_t n = 0; n < N; ++n) {
+                        T* drow = dtable + static_cast<int64_t>(ids[n]) * C;
+                        const T* dy = dout + n * C;
+                        for (int64_t c = r.begin(); c < r.end(); ++c) drow[c] += dy[c];
+                      }
+                    });
+}
+
+template void embedding_forward<float>(float*, const int32_t*, const float*, int64_t, int64_t,
+                                       int64_t);
+template void embedding_forward<double>(double*, const int32_t*, const double*, int64_t, int64_t,
+                                        int64_t);
+template void embedding_backward<float>(float*, const float*, const int32_t*, int64_t, int64_t,
+                                        int64_t);
+template void embedding_backward<double>(double*, const double*, const int32_t*, int64_t, int64_t,
+                                         int64_t);
+
+}  // namespace fanout::ops::cpu

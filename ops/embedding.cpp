@@ -1,0 +1,45 @@
+#include "ops/embedding.h"
+
+#include "engine/core/check.h"
+#include "ops/check_args.h"
+#include "ops/cpu/embedding.h"
+
+namespace fanout::ops {
+
+void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, const Tensor& table,
+                       int64_t N, int64_t C, int64_t V) {
+  const char* op = "embedding_forward";
+  check_arg(op, "out", stream, out, DType::f32, N * C);
+  check_arg(op, "ids", stream, ids, DType::i32, N);
+  check_arg(op, "table", stream, table, DType::f32, V * C);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        cpu::embedding_forward(out.data<float>(), ids.data<int32_t>(), table.data<float>(), N, C,
+                               V);
+      });
+      return;
+    case DeviceKind::cuda:
+      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+  }
+}
+
+void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout, const Tensor& ids,
+                        int64_t N, int64_t C, int64_t V) {
+  const char* op = "embedding_backward";
+  check_arg(op, "dtable", stream, dtable, DType::f32, V * C);
+  check_arg(op, "dout", stream, dout, DType::f32, N * C);
+  check_arg(op, "ids", stream, ids, DType::i32, N);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        cpu::embedding_backward(dtable.data<float>(), dout.data<float>(), ids.data<int32_t>(), N, C,
+                                V);
+      });
+      return;
+    case DeviceKind::cuda:
+      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+  }
+}
+
+}  // namespace fanout::ops

@@ -1,0 +1,20 @@
+#pragma once
+// Token embedding: a row gather from the (V, C) table on the way in, a scatter-add
+// back into the table's gradient on the way out. Shapes: N tokens (B*T) of C
+// channels, a vocabulary of V rows. Token ids are i32; an id outside [0, V) is the
+// caller's data error and surfaces as fanout::Error at the stream's synchronize().
+
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
+
+namespace fanout::ops {
+
+// out (N, C) = table (V, C)[ids (N)].
+void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, const Tensor& table,
+                       int64_t N, int64_t C, int64_t V);
+
+// dtable (V, C) += scatter of dout (N, C) by ids (N); repeated ids accumulate.
+void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout, const Tensor& ids,
+                        int64_t N, int64_t C, int64_t V);
+
+}  // namespace fanout::ops

@@ -1,0 +1,47 @@
+#include "ops/matmul.h"
+
+#include "engine/core/check.h"
+#include "ops/check_args.h"
+#include "ops/cpu/matmul.h"
+
+namespace fanout::ops {
+
+void matmul_forward(Stream& stream, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                    int64_t N, int64_t C, int64_t OC) {
+  const char* op = "matmul_forward";
+  check_arg(op, "out", stream, out, DType::f32, N * OC);
+  check_arg(op, "inp", stream, inp, DType::f32, N * C);
+  check_arg(op, "weight", stream, weight, DType::f32, OC * C);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        cpu::matmul_forward(out.data<float>(), inp.data<float>(), weight.data<float>(), N, C, OC);
+      });
+      return;
+    case DeviceKind::cuda:
+      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+  }
+}
+
+void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight, int64_t N, int64_t C, int64_t OC) {
+  const char* op = "matmul_backward";
+  if (dinp.defined()) check_arg(op, "dinp", stream, dinp, DType::f32, N * C);
+  check_arg(op, "dweight", stream, dweight, DType::f32, OC * C);
+  check_arg(op, "dout", stream, dout, DType::f32, N * OC);
+  check_arg(op, "inp", stream, inp, DType::f32, N * C);
+  check_arg(op, "weight", stream, weight, DType::f32, OC * C);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        float* dx = dinp.defined() ? dinp.data<float>() : nullptr;
+        cpu::matmul_backward(dx, dweight.data<float>(), dout.data<float>(), inp.data<float>(),
+                             weight.data<float>(), N, C, OC);
+      });
+      return;
+    case DeviceKind::cuda:
+      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+  }
+}
+
+}  // namespace fanout::ops

@@ -1,0 +1,42 @@
+#include "ops/residual.h"
+
+#include "engine/core/check.h"
+#include "ops/check_args.h"
+#include "ops/cpu/residual.h"
+
+namespace fanout::ops {
+
+void residual_forward(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b,
+                      int64_t n) {
+  const char* op = "residual_forward";
+  check_arg(op, "out", stream, out, DType::f32, n);
+  check_arg(op, "a", stream, a, DType::f32, n);
+  check_arg(op, "b", stream, b, DType::f32, n);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue(
+          [=] { cpu::residual_forward(out.data<float>(), a.data<float>(), b.data<float>(), n); });
+      return;
+    case DeviceKind::cuda:
+      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+  }
+}
+
+void residual_backward(Stream& stream, const Tensor& da, const Tensor& db, const Tensor& dout,
+                       int64_t n) {
+  const char* op = "residual_backward";
+  check_arg(op, "da", stream, da, DType::f32, n);
+  check_arg(op, "db", stream, db, DType::f32, n);
+  check_arg(op, "dout", stream, dout, DType::f32, n);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        cpu::residual_backward(da.data<float>(), db.data<float>(), dout.data<float>(), n);
+      });
+      return;
+    case DeviceKind::cuda:
+      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+  }
+}
+
+}  // namespace fanout::ops

@@ -1,0 +1,19 @@
+#pragma once
+// SwiGLU, the gate of Llama's MLP: out = silu(gate) * up with silu(x) = x sigmoid(x).
+// gate and up are the two (B, T, hidden) projections, flattened to n elements.
+// Backward recomputes the sigmoid from gate rather than saving it.
+
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
+
+namespace fanout::ops {
+
+// out (n) = silu(gate (n)) * up (n).
+void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up,
+                    int64_t n);
+
+// dgate (n), dup (n) = gradients from dout (n); both are overwritten.
+void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                     const Tensor& gate, const Tensor& up, int64_t n);
+
+}  // namespace fanout::ops

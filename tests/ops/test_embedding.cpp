@@ -1,0 +1,135 @@
+// Embedding: forward against a direct gather in double, backward against central
+// finite differences, repeated ids accumulating, an out-of-range id surfacing as
+// fanout::Error at synchronize(), and the f32 dispatch against double.
+
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "ops/cpu/embedding.h"
+#include "ops/embedding.h"
+#include "tests/ops/op_test_util.h"
+
+using namespace fanout;
+using namespace fanout::test;
+
+namespace {
+struct Sizes {
+  int64_t N, C, V;
+};
+// N > V forces repeated ids; C = 200 spans several channel bands of the backward.
+const Sizes kSizes[] = {{1, 1, 1}, {3, 5, 4}, {7, 33, 3}, {50, 200, 7}, {4, 16, 259}};
+
+std::vector<int32_t> random_ids(int64_t N, int64_t V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(V - 1));
+  std::vector<int32_t> ids(N);
+  for (int32_t& id : ids) id = dist(rng);
+  return ids;
+}
+
+std::vector<double> forward_double(const std::vector<int32_t>& ids,
+                                   const std::vector<double>& table, int64_t N, int64_t C,
+                                   int64_t V) {
+  std::vector<double> y(N * C);
+  ops::cpu::embedding_forward<double>(y.data(), ids.data(), table.data(), N, C, V);
+  return y;
+}
+
+Tensor i32_tensor(Stream& s, const std::vector<int32_t>& ids) {
+  return tensor_from_vector(s, ids, {static_cast<int64_t>(ids.size())}, DType::i32, s.device());
+}
+}  // namespace
+
+TEST_CASE("embedding forward gathers the table rows named by the ids") {
+  for (auto [N, C, V] : kSizes) {
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(V);
+    auto ids = random_ids(N, V, 1);
+    auto table = random_vector(V * C, 2);
+    std::vector<double> expected(N * C);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c) expected[n * C + c] = table[ids[n] * C + c];
+    REQUIRE(max_abs(expected) > 0.01);
+    CHECK(forward_double(ids, table, N, C, V) == expected);  // a gather is exact
+  }
+}
+
+TEST_CASE("embedding backward matches central finite differences") {
+  for (auto [N, C, V] : kSizes) {
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(V);
+    auto ids = random_ids(N, V, 3);
+    auto table = random_vector(V * C, 4);
+    auto dy = random_vector(N * C, 5);
+    std::vector<double> dtable(V * C, 0.0);
+    ops::cpu::embedding_backward<double>(dtable.data(), dy.data(), ids.data(), N, C, V);
+    auto g = numeric_grad(
+        [&](const std::vector<double>& t) { return dot(forward_double(ids, t, N, C, V), dy); },
+        table);
+    REQUIRE(max_abs(g) > 1e-3);
+    std::string why;
+    CHECK_MESSAGE(all_close(dtable, g, 1e-6, 1e-8, &why), why);
+  }
+}
+
+TEST_CASE("embedding backward accumulates repeated ids into prior gradient values") {
+  // Small integers make every sum exact in f32, so the comparison is exact.
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t N = 5, C = 3, V = 4;
+  std::vector<int32_t> ids = {2, 0, 2, 2, 0};
+  std::vector<double> dy = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  Tensor tdtable = f32_tensor(s, std::vector<double>(V * C, 100), {V, C});
+  ops::embedding_backward(s, tdtable, f32_tensor(s, dy, {N, C}), i32_tensor(s, ids), N, C, V);
+  // clang-format off
+  std::vector<double> expected = {
+      100 + 4 + 13,     100 + 5 + 14,     100 + 6 + 15,      // id 0: dout rows 1, 4
+      100,              100,              100,               // id 1: unused
+      100 + 1 + 7 + 10, 100 + 2 + 8 + 11, 100 + 3 + 9 + 12,  // id 2: dout rows 0, 2, 3
+      100,              100,              100};              // id 3: unused
+  // clang-format on
+  CHECK(f32_values(s, tdtable) == expected);
+}
+
+TEST_CASE("embedding out-of-range token id surfaces as an Error at synchronize") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t C = 4, V = 259;
+  Tensor table = f32_tensor(s, random_vector(V * C, 6), {V, C});
+  Tensor out = Tensor::empty({3, C}, DType::f32, cpu_device(0));
+  // The check runs inside the kernel on the stream thread, so enqueueing succeeds.
+  CHECK_NOTHROW(ops::embedding_forward(s, out, i32_tensor(s, {1, 300, 2}), table, 3, C, V));
+  CHECK_THROWS_WITH_AS(s.synchronize(),
+                       doctest::Contains("token id 300 is out of range for vocabulary size 259"),
+                       Error);
+
+  Tensor dtable = f32_tensor(s, std::vector<double>(V * C, 0.0), {V, C});
+  Tensor dout = f32_tensor(s, random_vector(2 * C, 7), {2, C});
+  ops::embedding_backward(s, dtable, dout, i32_tensor(s, {-1, 0}), 2, C, V);
+  CHECK_THROWS_WITH_AS(s.synchronize(),
+                       doctest::Contains("token id -1 is out of range for vocabulary size 259"),
+                       Error);
+  // synchronize() cleared the error: the stream runs work again, and the failed
+  // backward wrote nothing.
+  CHECK(max_abs(f32_values(s, dtable)) == 0.0);
+}
+
+TEST_CASE("embedding f32 dispatch on a CPU device agrees with double and accumulates gradients") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t N = 50, C = 200, V = 7;
+  auto ids = random_ids(N, V, 8);
+  auto table = random_vector(V * C, 9);
+  auto dy = random_vector(N * C, 10);
+  std::vector<double> dtable(V * C, 0.25);  // prior gradient values
+  auto y = forward_double(ids, table, N, C, V);
+  ops::cpu::embedding_backward<double>(dtable.data(), dy.data(), ids.data(), N, C, V);
+  Tensor tids = i32_tensor(s, ids), ttable = f32_tensor(s, table, {V, C});
+  Tensor ty = Tensor::empty({N, C}, DType::f32, cpu_device(0));
+  Tensor tdtable = f32_tensor(s, std::vector<double>(V * C, 0.25), {V, C});
+  ops::embedding_forward(s, ty, tids, ttable, N, C, V);
+  ops::embedding_backward(s, tdtable, f32_tensor(s, dy, {N, C}), tids, N, C, V);
+  std::string why;
+  CHECK_MESSAGE(all_close(f32_values(s, ty), y, 1e-6, 1e-7, &why), why);
+  CHECK_MESSAGE(all_close(f32_values(s, tdtable), dtable, 1e-5, 1e-5, &why), why);
+}

@@ -1,0 +1,121 @@
+// Matmul y = x W^T: forward against a triple loop in double, backward against
+// central finite differences, gradients accumulating into prior values, an
+// undefined dinp skipped, and the f32 (sgemm) dispatch against double (dgemm).
+
+#include <doctest/doctest.h>
+
+#include "ops/cpu/matmul.h"
+#include "ops/matmul.h"
+#include "tests/ops/op_test_util.h"
+
+using namespace fanout;
+using namespace fanout::test;
+
+namespace {
+struct Sizes {
+  int64_t N, C, OC;
+};
+const Sizes kSizes[] = {{1, 1, 1}, {1, 7, 3}, {3, 5, 4}, {7, 33, 17}, {12, 40, 9}};
+
+std::vector<double> forward_double(const std::vector<double>& x, const std::vector<double>& w,
+                                   int64_t N, int64_t C, int64_t OC) {
+  std::vector<double> y(N * OC, -7.0);  // junk: forward must overwrite
+  ops::cpu::matmul_forward<double>(y.data(), x.data(), w.data(), N, C, OC);
+  return y;
+}
+}  // namespace
+
+TEST_CASE("matmul forward matches a triple loop in double") {
+  for (auto [N, C, OC] : kSizes) {
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(OC);
+    auto x = random_vector(N * C, 1);
+    auto w = random_vector(OC * C, 2);
+    std::vector<double> expected(N * OC, 0.0);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < OC; ++o)
+        for (int64_t c = 0; c < C; ++c) expected[n * OC + o] += x[n * C + c] * w[o * C + c];
+    REQUIRE(max_abs(expected) > 0.01);
+    std::string why;
+    CHECK_MESSAGE(all_close(forward_double(x, w, N, C, OC), expected, 1e-12, 1e-12, &why), why);
+  }
+}
+
+TEST_CASE("matmul backward matches central finite differences") {
+  for (auto [N, C, OC] : kSizes) {
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(OC);
+    auto x = random_vector(N * C, 3);
+    auto w = random_vector(OC * C, 4);
+    auto dy = random_vector(N * OC, 5);
+    std::vector<double> dx(N * C, 0.0), dw(OC * C, 0.0);
+    ops::cpu::matmul_backward<double>(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, C,
+                                      OC);
+    auto gx = numeric_grad(
+        [&](const std::vector<double>& v) { return dot(forward_double(v, w, N, C, OC), dy); }, x);
+    auto gw = numeric_grad(
+        [&](const std::vector<double>& v) { return dot(forward_double(x, v, N, C, OC), dy); }, w);
+    REQUIRE(max_abs(gx) > 1e-3);
+    REQUIRE(max_abs(gw) > 1e-3);
+    std::string why;
+    CHECK_MESSAGE(all_close(dx, gx, 1e-6, 1e-8, &why), why);
+    CHECK_MESSAGE(all_close(dw, gw, 1e-6, 1e-8, &why), why);
+  }
+}
+
+TEST_CASE("matmul backward accumulates into prior gradient values") {
+  const int64_t N = 7, C = 33, OC = 17;
+  auto x = random_vector(N * C, 6);
+  auto w = random_vector(OC * C, 7);
+  auto dy = random_vector(N * OC, 8);
+  std::vector<double> dx0(N * C, 0.0), dw0(OC * C, 0.0), dx(N * C, 0.25), dw(OC * C, -0.5);
+  ops::cpu::matmul_backward<double>(dx0.data(), dw0.data(), dy.data(), x.data(), w.data(), N, C,
+                                    OC);
+  ops::cpu::matmul_backward<double>(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, C, OC);
+  for (double& v : dx0) v += 0.25;
+  for (double& v : dw0) v -= 0.5;
+  std::string why;
+  CHECK_MESSAGE(all_close(dx, dx0, 1e-14, 1e-14, &why), why);
+  CHECK_MESSAGE(all_close(dw, dw0, 1e-14, 1e-14, &why), why);
+}
+
+TEST_CASE("matmul backward with an undefined dinp still computes dweight") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t N = 3, C = 5, OC = 4;
+  auto x = random_vector(N * C, 9);
+  auto w = random_vector(OC * C, 10);
+  auto dy = random_vector(N * OC, 11);
+  std::vector<double> dx(N * C, 0.0), dw(OC * C, 0.0), dw_only(OC * C, 0.0);
+  ops::cpu::matmul_backward<double>(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, C, OC);
+  ops::cpu::matmul_backward<double>(nullptr, dw_only.data(), dy.data(), x.data(), w.data(), N, C,
+                                    OC);
+  CHECK(dw_only == dw);
+  Tensor tdw = f32_tensor(s, std::vector<double>(OC * C, 0.0), {OC, C});
+  ops::matmul_backward(s, Tensor(), tdw, f32_tensor(s, dy, {N, OC}), f32_tensor(s, x, {N, C}),
+                       f32_tensor(s, w, {OC, C}), N, C, OC);
+  std::string why;
+  CHECK_MESSAGE(all_close(f32_values(s, tdw), dw, 1e-5, 1e-6, &why), why);
+}
+
+TEST_CASE("matmul f32 dispatch on a CPU device agrees with double and accumulates gradients") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t N = 7, C = 33, OC = 17;
+  auto x = random_vector(N * C, 12);
+  auto w = random_vector(OC * C, 13);
+  auto dy = random_vector(N * OC, 14);
+  std::vector<double> dx(N * C, 0.25), dw(OC * C, -0.5);  // prior gradient values
+  auto y = forward_double(x, w, N, C, OC);
+  ops::cpu::matmul_backward<double>(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, C, OC);
+  Tensor tx = f32_tensor(s, x, {N, C}), tw = f32_tensor(s, w, {OC, C});
+  Tensor ty = f32_tensor(s, std::vector<double>(N * OC, -7.0), {N, OC});
+  Tensor tdx = f32_tensor(s, std::vector<double>(N * C, 0.25), {N, C});
+  Tensor tdw = f32_tensor(s, std::vector<double>(OC * C, -0.5), {OC, C});
+  ops::matmul_forward(s, ty, tx, tw, N, C, OC);
+  ops::matmul_backward(s, tdx, tdw, f32_tensor(s, dy, {N, OC}), tx, tw, N, C, OC);
+  std::string why;
+  CHECK_MESSAGE(all_close(f32_values(s, ty), y, 1e-5, 1e-5, &why), why);
+  CHECK_MESSAGE(all_close(f32_values(s, tdx), dx, 1e-5, 1e-5, &why), why);
+  CHECK_MESSAGE(all_close(f32_values(s, tdw), dw, 1e-5, 1e-5, &why), why);
+}
