@@ -1,0 +1,48 @@
+#include "ops/cpu/adamw.h"
+
+#include <cmath>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+namespace fanout::ops::cpu {
+
+template <typename T>
+void adamw_update(T* params, const T* grads, T* m, T* v, int64_t n, double lr, double beta1,
+                  double beta2, double eps, double weight_decay, int64_t step, T grad_scale) {
+  // torch.optim.AdamW (single-tensor path) does, with Python floats as scalars:
+  //   param.mul_(1 - lr * wd)
+  //   exp_avg.mul_(b1).add_(grad, alpha=1 - b1)
+  //   exp_avg_sq.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+  //   denom = (exp_avg_sq.sqrt() / sqrt(1 - b2**step)).add_(eps)
+  //   param.addcdiv_(exp_avg, denom, value=-lr / (1 - b1**step))
+  // The tensor ops round each scalar to the tensor's dtype; so does this.
+  const T decay = static_cast<T>(1.0 - lr * weight_decay);
+  const T b1 = static_cast<T>(beta1), one_minus_b1 = static_cast<T>(1.0 - beta1);
+  const T b2 = static_cast<T>(beta2), one_minus_b2 = static_cast<T>(1.0 - beta2);
+  const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(step));
+  const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(step));
+  const T neg_step_size = static_cast<T>(-lr / bias_correction1);
+  const T bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
+  const T eps_t = static_cast<T>(eps);
+  auto update = [&](const tbb::blocked_range<int64_t>& r) {
+    for (int64_t i = r.begin(); i < r.end(); ++i) {
+      T g = grads[i] * grad_scale;
+      T p = params[i] * decay;
+      T mi = m[i] * b1 + one_minus_b1 * g;
+      T vi = v[i] * b2 + one_minus_b2 * g * g;
+      T denom = std::sqrt(vi) / bias_correction2_sqrt + eps_t;
+      params[i] = p + neg_step_size * mi / denom;
+      m[i] = mi;
+      v[i] = vi;
+    }
+  };
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, 4096), update);
+}
+
+template void adamw_update<float>(float*, const float*, float*, float*, int64_t, double, double,
+                                  double, double, double, int64_t, float);
+template void adamw_update<double>(double*, const double*, double*, double*, int64_t, double,
+                                   double, double, double, double, int64_t, double);
+
+}  // namespace fanout::ops::cpu

@@ -1,0 +1,101 @@
+#include "ops/cpu/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <tbb/parallel_for.h>
+
+#include "engine/core/check.h"
+
+namespace fanout::ops::cpu {
+
+namespace {
+
+// Every target is ignore_index or a class id; checked before any output is written.
+void check_targets(const char* op, const int32_t* targets, int64_t N, int64_t V,
+                   int32_t ignore_index) {
+  for (int64_t n = 0; n < N; ++n) {
+    int32_t t = targets[n];
+    FANOUT_CHECK(t == ignore_index || (t >= 0 && t < V), op, ": target id ", t,
+                 " is out of range for vocabulary size ", V, " (row ", n, "; ignore_index is ",
+                 ignore_index, ")");
+  }
+}
+
+// Row max and sum_v exp(x_v - max), the stable log-sum-exp: lse = max + log(sum).
+template <typename T>
+void row_max_sum(const T* x, int64_t V, double* max_out, double* sum_out) {
+  double m = x[0];
+  for (int64_t v = 1; v < V; ++v) m = std::max(m, static_cast<double>(x[v]));
+  double s = 0.0;
+  for (int64_t v = 0; v < V; ++v) s += std::exp(x[v] - m);
+  *max_out = m;
+  *sum_out = s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+template <typename T>
+void cross_entropy_forward(T* stats, const T* logits, const int32_t* targets, int64_t N, int64_t V,
+                           int32_t ignore_index) {
+  check_targets("cross_entropy_forward", targets, N, V, ignore_index);
+  // Per-row losses in parallel, then a serial sum: the result does not depend on
+  // the thread count (CPU resume is bit-exact).
+  std::vector<double> loss(N, 0.0);
+  tbb::parallel_for(int64_t{0}, N, [&](int64_t n) {
+    int32_t t = targets[n];
+    if (t == ignore_index) return;
+    const T* x = logits + n * V;  // (V)
+    double m, s;
+    row_max_sum(x, V, &m, &s);
+    loss[n] = m + std::log(s) - x[t];
+  });
+  double sum = 0.0;
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    sum += loss[n];
+    count += targets[n] != ignore_index;
+  }
+  stats[0] = static_cast<T>(sum);
+  stats[1] = static_cast<T>(count);
+}
+
+template <typename T>
+void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets, int64_t N,
+                            int64_t V, int32_t ignore_index, T normalizer) {
+  check_targets("cross_entropy_backward", targets, N, V, ignore_index);
+  // d(lse - x_t)/dx_v = softmax_v - [v == t]. dlogits may alias logits: each row's
+  // max and sum are taken before the row is written, and element v is read just
+  // before it is overwritten.
+  tbb::parallel_for(int64_t{0}, N, [&](int64_t n) {
+    const T* x = logits + n * V;  // (V)
+    T* dx = dlogits + n * V;      // (V)
+    int32_t t = targets[n];
+    if (t == ignore_index) {
+      std::fill(dx, dx + V, T(0));
+      return;
+    }
+    double m, s;
+    row_max_sum(x, V, &m, &s);
+    double scale = 1.0 / (s * static_cast<double>(normalizer));
+    double inv_norm = 1.0 / static_cast<double>(normalizer);
+    for (int64_t v = 0; v < V; ++v) {
+      double p = std::exp(x[v] - m) * scale;
+      dx[v] = static_cast<T>(v == t ? p - inv_norm : p);
+    }
+  });
+}
+
+template void cross_entropy_forward<float>(float*, const float*, const int32_t*, int64_t, int64_t,
+                                           int32_t);
+template void cross_entropy_forward<double>(double*, const double*, const int32_t*, int64_t,
+                                            int64_t, int32_t);
+template void cross_entropy_backward<float>(float*, const float*, const int32_t*, int64_t, int64_t,
+                                            int32_t, float);
+template void cross_entropy_backward<double>(double*, const double*, const int32_t*, int64_t,
+                                             int64_t, int32_t, double);
+
+}  // namespace fanout::ops::cpu

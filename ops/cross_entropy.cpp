@@ -1,0 +1,52 @@
+#include "ops/cross_entropy.h"
+
+#include "engine/core/check.h"
+#include "ops/check_args.h"
+#include "ops/cpu/cross_entropy.h"
+
+namespace fanout::ops {
+
+void cross_entropy_forward(Stream& stream, const Tensor& stats, const Tensor& logits,
+                           const Tensor& targets, int64_t N, int64_t V, int32_t ignore_index) {
+  const char* op = "cross_entropy_forward";
+  FANOUT_CHECK(N >= 0 && V > 0, op, ": needs N >= 0 rows and V > 0 classes, got N = ", N,
+               ", V = ", V);
+  check_arg(op, "stats", stream, stats, DType::f32, 2);
+  check_arg(op, "logits", stream, logits, DType::f32, N * V);
+  check_arg(op, "targets", stream, targets, DType::i32, N);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        cpu::cross_entropy_forward(stats.data<float>(), logits.data<float>(),
+                                   targets.data<int32_t>(), N, V, ignore_index);
+      });
+      return;
+    case DeviceKind::cuda:
+      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+  }
+}
+
+void cross_entropy_backward(Stream& stream, const Tensor& dlogits, const Tensor& logits,
+                            const Tensor& targets, int64_t N, int64_t V, int32_t ignore_index,
+                            float normalizer) {
+  const char* op = "cross_entropy_backward";
+  FANOUT_CHECK(N >= 0 && V > 0, op, ": needs N >= 0 rows and V > 0 classes, got N = ", N,
+               ", V = ", V);
+  FANOUT_CHECK(normalizer > 0, op, ": the normalizer must be positive (the global count of ",
+               "non-ignored targets, or 1 when there are none), got ", normalizer);
+  check_arg(op, "dlogits", stream, dlogits, DType::f32, N * V);
+  check_arg(op, "logits", stream, logits, DType::f32, N * V);
+  check_arg(op, "targets", stream, targets, DType::i32, N);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        cpu::cross_entropy_backward(dlogits.data<float>(), logits.data<float>(),
+                                    targets.data<int32_t>(), N, V, ignore_index, normalizer);
+      });
+      return;
+    case DeviceKind::cuda:
+      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+  }
+}
+
+}  // namespace fanout::ops

@@ -1,0 +1,31 @@
+#include "ops/grad_norm.h"
+
+#include <cmath>
+
+#include "engine/core/check.h"
+#include "ops/check_args.h"
+#include "ops/cpu/grad_norm.h"
+
+namespace fanout::ops {
+
+void norm_squared(Stream& stream, const Tensor& out, const Tensor& buf, int64_t n) {
+  const char* op = "norm_squared";
+  FANOUT_CHECK(n >= 0, op, ": negative element count ", n);
+  check_arg(op, "out", stream, out, DType::f32, 1);
+  check_arg(op, "buf", stream, buf, DType::f32, n);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] { cpu::norm_squared(out.data<float>(), buf.data<float>(), n); });
+      return;
+    case DeviceKind::cuda:
+      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+  }
+}
+
+float clip_coefficient(double total_norm, double max_norm) {
+  double coef = max_norm / (total_norm + 1e-6);
+  // Written so that a NaN norm gives a NaN coefficient (std::min would give 1).
+  return static_cast<float>(coef < 1.0 || std::isnan(coef) ? coef : 1.0);
+}
+
+}  // namespace fanout::ops
