@@ -1,0 +1,56 @@
+#pragma once
+// Collectives over flat f32 buffers, one buffer and one stream per rank, on a
+// sub-range [begin, end) of the buffers. Each call behaves as if queued on every
+// rank's stream (NCCL semantics): it starts after the work already queued there
+// and work queued later sees its result. Calls must be made in the same order
+// for all ranks; they may come from any thread (launches are serialised).
+//
+// Back-ends: LocalCollectives (CPU devices, several replicas on one GPU: copies
+// through a staging buffer plus add kernels) and NcclCollectives (distinct GPUs,
+// ncclCommInitAll + grouped calls).
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
+
+namespace fanout::parallel {
+
+// Element offsets that split [0, total) into one shard per rank: rank r owns
+// [bounds[r], bounds[r+1]).
+std::vector<int64_t> shard_bounds(int64_t total, int ranks);
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual const char* name() const = 0;
+
+  // bufs[r][begin, end) <- bufs[root][begin, end)
+  virtual void broadcast(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
+                         int root, int64_t begin, int64_t end) = 0;
+  // bufs[root][begin, end) <- sum over r of bufs[r][begin, end)
+  virtual void reduce(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
+                      int root, int64_t begin, int64_t end) = 0;
+  // every rank <- the sum
+  virtual void all_reduce(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
+                          int64_t begin, int64_t end) = 0;
+  // rank r's shard (bounds) within [begin, end) <- the sum of that range over ranks
+  virtual void reduce_scatter(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
+                              const std::vector<int64_t>& bounds, int64_t begin, int64_t end) = 0;
+  // every rank's copy of shard q within [begin, end) <- rank q's values
+  virtual void all_gather(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
+                          const std::vector<int64_t>& bounds, int64_t begin, int64_t end) = 0;
+};
+
+// Local copies + add kernels: works for any mix of devices, including one GPU
+// named several times.
+std::unique_ptr<Collectives> make_local_collectives();
+// NCCL for distinct GPUs in this process; throws fanout::Error when this build
+// has no NCCL or the devices are not distinct CUDA devices.
+std::unique_ptr<Collectives> make_nccl_collectives(const std::vector<Device>& devices);
+// NCCL when every device is a distinct GPU and NCCL is built in, else local.
+std::unique_ptr<Collectives> make_collectives(const std::vector<Device>& devices);
+
+}  // namespace fanout::parallel

@@ -1,0 +1,410 @@
+#include "engine/parallel/data_parallel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "engine/core/check.h"
+#include "engine/core/trace.h"
+#include "engine/parallel/grad_buckets.h"
+
+namespace fanout::parallel {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+std::string replica_lane(const std::vector<Device>& devices, int i, const std::string& what) {
+  int same = static_cast<int>(std::count(devices.begin(), devices.end(), devices[i]));
+  std::string name = devices[i].str();
+  if (same > 1) name += "#" + std::to_string(i);
+  return name + " " + what;
+}
+
+// Per-replica device buffers and timings.
+struct DataParallel::Slot {
+  std::unique_ptr<Stream> comm;
+  Tensor inputs, targets, stats;  // capacity-sized
+  int64_t capacity = 0;           // tokens
+  Tensor logits;                  // faithful dp: this replica's logits of the step
+  double scatter_s = 0, forward_s = 0, backward_s = 0;
+  LossStats loss;
+};
+
+// --- construction -----------------------------------------------------------
+
+DataParallel::DataParallel(const ReplicaFactory& factory, DataParallelOptions options,
+                           LossFunctions loss)
+    : options_(std::move(options)), loss_(std::move(loss)) {
+  const std::vector<Device>& ids = options_.device_ids;
+  FANOUT_CHECK(!ids.empty(), "DataParallel needs at least one device");
+  if (!options_.output_device) options_.output_device = ids[0];
+  int n = static_cast<int>(ids.size());
+  if (!options_.chunk_sizes.empty()) {
+    FANOUT_CHECK(static_cast<int>(options_.chunk_sizes.size()) == n, "chunk sizes give ",
+                 options_.chunk_sizes.size(), " entries for ", n, " devices");
+    for (int64_t c : options_.chunk_sizes) FANOUT_CHECK(c >= 0, "chunk sizes must not be negative");
+  }
+  FANOUT_CHECK(options_.loss_on == LossOn::replicas || (loss_.forward && loss_.backward),
+               "faithful dp (--loss-on output) needs the loss functions");
+  pool_ = std::make_unique<ThreadPool>(ids);
+  for (int i = 0; i < n; ++i) {
+    replicas_.push_back(factory(ids[i], i));
+    FANOUT_ASSERT(replicas_.back() && replicas_.back()->device() == ids[i], "replica ", i,
+                  " is not on ", ids[i].str());
+    auto slot = std::make_unique<Slot>();
+    slot->comm = std::make_unique<Stream>(ids[i], replica_lane(ids, i, "comm"));
+    slot->stats = Tensor::empty({2}, DType::f32, ids[i], MemTag::comm);
+    slots_.push_back(std::move(slot));
+  }
+  int64_t P = primary().params().numel();
+  for (auto& r : replicas_) {
+    FANOUT_ASSERT(r->params().numel() == P && r->grads().numel() == P, "replicas differ in size");
+  }
+  collectives_ = make_collectives(ids);
+  bounds_ = shard_bounds(P, n);
+  if (options_.overlap) {
+    buckets_ = std::make_unique<GradBuckets>(P, options_.bucket_mb, n);
+    for (int i = 0; i < n; ++i) {
+      replicas_[i]->set_grad_ready_callback(
+          [this, i](int64_t begin, int64_t end) { buckets_->on_ready(i, begin, end); });
+    }
+  }
+  if (options_.loss_on == LossOn::output) {
+    Device out = *options_.output_device;
+    output_stream_ = std::make_unique<Stream>(out, out.str() + " output");
+    output_stats_ = Tensor::empty({2}, DType::f32, out, MemTag::comm);
+  }
+}
+
+DataParallel::~DataParallel() {
+  for (auto& r : replicas_) r->set_grad_ready_callback(nullptr);
+}
+
+std::vector<int64_t> DataParallel::split(int64_t rows) const {
+  FANOUT_CHECK(rows > 0, "a batch needs at least one row");
+  int n = size();
+  if (!options_.chunk_sizes.empty()) {
+    int64_t sum =
+        std::accumulate(options_.chunk_sizes.begin(), options_.chunk_sizes.end(), int64_t{0});
+    FANOUT_CHECK(sum == rows, "the per-device chunk sizes add up to ", sum,
+                 " rows but the batch has ", rows);
+    return options_.chunk_sizes;
+  }
+  // 10 rows over 4 devices -> 3, 3, 2, 2; 2 rows over 4 -> 1, 1, 0, 0.
+  std::vector<int64_t> out(n, rows / n);
+  for (int64_t i = 0; i < rows % n; ++i) ++out[i];
+  return out;
+}
+
+std::vector<Stream*> DataParallel::compute_streams() {
+  std::vector<Stream*> s;
+  for (auto& r : replicas_) s.push_back(&r->compute_stream());
+  return s;
+}
+
+std::vector<Tensor> DataParallel::grad_buffers() {
+  std::vector<Tensor> g;
+  for (auto& r : replicas_) g.push_back(r->grads());
+  return g;
+}
+
+AllocatorStats DataParallel::memory(int replica) const {
+  return allocator_for(replicas_[replica]->device()).stats();
+}
+
+// --- step pieces ------------------------------------------------------------
+
+void DataParallel::replicate() {
+  if (!params_stale_) return;
+  auto t0 = Clock::now();
+  TraceScope span("host", "replicate");
+  std::vector<Tensor> params;
+  for (auto& r : replicas_) params.push_back(r->params());
+  auto streams = compute_streams();
+  collectives_->broadcast(params, streams, 0, 0, params[0].numel());
+  for (Stream* s : streams) s->synchronize();
+  params_stale_ = false;
+  times_.replicate += seconds_since(t0);
+}
+
+void DataParallel::zero_grad() {
+  for (auto& r : replicas_) r->zero_grads();
+}
+
+void DataParallel::upload(int r, const HostBatch& batch, int64_t row0, int64_t rows, bool targets) {
+  Slot& slot = *slots_[r];
+  Replica& rep = *replicas_[r];
+  int64_t n = rows * batch.T;
+  if (slot.capacity < n) {
+    rep.compute_stream().synchronize();
+    slot.inputs = Tensor::empty({n}, DType::i32, rep.device(), MemTag::data);
+    slot.targets = Tensor::empty({n}, DType::i32, rep.device(), MemTag::data);
+    slot.capacity = n;
+  }
+  tensor_upload(rep.compute_stream(), slot.inputs.view(0, {rows, batch.T}),
+                batch.inputs + row0 * batch.T);
+  if (targets) {
+    tensor_upload(rep.compute_stream(), slot.targets.view(0, {rows, batch.T}),
+                  batch.targets + row0 * batch.T);
+  }
+}
+
+LossStats DataParallel::forward_backward(const HostBatch& batch, int32_t ignore_index,
+                                         double normalizer, bool last) {
+  std::vector<int64_t> rows = split(batch.B);
+  try {
+    replicate();
+    bool bucketed = buckets_ && last;
+    if (bucketed) {
+      std::vector<bool> active;
+      std::vector<Stream*> comm;
+      for (int r = 0; r < size(); ++r)
+        active.push_back(rows[r] > 0), comm.push_back(slots_[r]->comm.get());
+      auto grads = grad_buffers();
+      buckets_->begin(active, compute_streams(), comm, [this, grads, comm](int64_t b, int64_t e) {
+        if (options_.strategy == Strategy::zero1) {
+          collectives_->reduce_scatter(grads, comm, bounds_, b, e);
+        } else {
+          collectives_->reduce(grads, comm, 0, b, e);
+        }
+      });
+    }
+    LossStats stats = options_.loss_on == LossOn::replicas
+                          ? step_on_replicas(batch, rows, ignore_index, normalizer, last)
+                          : step_faithful(batch, rows, ignore_index, normalizer, last);
+    if (bucketed) {
+      FANOUT_ASSERT(buckets_->all_launched(), "a gradient bucket was never reduced");
+      buckets_->disarm();
+      reduced_by_buckets_ = true;
+    }
+    return stats;
+  } catch (...) {
+    recover();
+    throw;
+  }
+}
+
+LossStats DataParallel::step_on_replicas(const HostBatch& batch, const std::vector<int64_t>& rows,
+                                         int32_t ignore_index, double normalizer, bool /*last*/) {
+  std::vector<int> active;
+  std::vector<int64_t> row0(size(), 0);
+  for (int r = 0, at = 0; r < size(); at += static_cast<int>(rows[r]), ++r) {
+    row0[r] = at;
+    if (rows[r] > 0) active.push_back(r);
+  }
+  pool_->run_on(active, [&](int r) {
+    Slot& slot = *slots_[r];
+    Replica& rep = *replicas_[r];
+    auto t0 = Clock::now();
+    upload(r, batch, row0[r], rows[r], true);
+    auto t1 = Clock::now();
+    slot.scatter_s = std::chrono::duration<double>(t1 - t0).count();
+    if (options_.fault_hook) options_.fault_hook(r, "forward");
+    Tensor inputs = slot.inputs.view(0, {rows[r], batch.T});
+    Tensor targets = slot.targets.view(0, {rows[r], batch.T});
+    rep.forward_loss(inputs, targets, slot.stats, ignore_index);
+    std::vector<float> st = tensor_to_vector<float>(rep.compute_stream(), slot.stats);
+    slot.loss = {st[0], static_cast<int64_t>(st[1])};
+    auto t2 = Clock::now();
+    slot.forward_s = std::chrono::duration<double>(t2 - t1).count();
+    if (options_.fault_hook) options_.fault_hook(r, "backward");
+    rep.backward_from_loss(static_cast<float>(normalizer));
+    rep.compute_stream().synchronize();
+    slot.backward_s = seconds_since(t2);
+  });
+  LossStats total;
+  double scatter = 0, forward = 0, backward = 0;
+  for (int r : active) {
+    total.loss_sum += slots_[r]->loss.loss_sum;
+    total.count += slots_[r]->loss.count;
+    scatter = std::max(scatter, slots_[r]->scatter_s);
+    forward = std::max(forward, slots_[r]->forward_s);
+    backward = std::max(backward, slots_[r]->backward_s);
+  }
+  times_.scatter += scatter, times_.forward += forward, times_.backward += backward;
+  return total;
+}
+
+LossStats DataParallel::step_faithful(const HostBatch& batch, const std::vector<int64_t>& rows,
+                                      int32_t ignore_index, double normalizer, bool /*last*/) {
+  int64_t T = batch.T, V = primary().vocab_size(), B = batch.B;
+  std::vector<int> active;
+  std::vector<int64_t> row0(size(), 0);
+  for (int r = 0, at = 0; r < size(); at += static_cast<int>(rows[r]), ++r) {
+    row0[r] = at;
+    if (rows[r] > 0) active.push_back(r);
+  }
+  // scatter + forward to logits on every replica
+  pool_->run_on(active, [&](int r) {
+    Slot& slot = *slots_[r];
+    Replica& rep = *replicas_[r];
+    auto t0 = Clock::now();
+    upload(r, batch, row0[r], rows[r], false);
+    auto t1 = Clock::now();
+    slot.scatter_s = std::chrono::duration<double>(t1 - t0).count();
+    if (options_.fault_hook) options_.fault_hook(r, "forward");
+    slot.logits = rep.forward_logits(slot.inputs.view(0, {rows[r], T}));
+    rep.compute_stream().synchronize();
+    slot.forward_s = seconds_since(t1);
+  });
+  double scatter = 0, forward = 0;
+  for (int r : active) {
+    scatter = std::max(scatter, slots_[r]->scatter_s);
+    forward = std::max(forward, slots_[r]->forward_s);
+  }
+  times_.scatter += scatter, times_.forward += forward;
+
+  // gather the logits on output_device: the (B, T, V) buffer nn.DataParallel builds
+  auto t0 = Clock::now();
+  Stream& out = *output_stream_;
+  Device od = out.device();
+  if (!gathered_.defined() || gathered_.numel() < B * T * V) {
+    out.synchronize();
+    gathered_ = Tensor();
+    gathered_ = Tensor::empty({B * T * V}, DType::f32, od, MemTag::comm);
+    gathered_targets_ = Tensor::empty({B * T}, DType::i32, od, MemTag::data);
+  }
+  Tensor logits = gathered_.view(0, {B, T, V});
+  for (int r : active) {
+    tensor_copy(out, logits.slice(row0[r], row0[r] + rows[r]), slots_[r]->logits);
+  }
+  out.synchronize();
+  times_.gather += seconds_since(t0);
+
+  // the loss on output_device, then dlogits in place
+  t0 = Clock::now();
+  Tensor targets = gathered_targets_.view(0, {B, T});
+  tensor_upload(out, targets, batch.targets);
+  loss_.forward(out, logits, targets, output_stats_, ignore_index);
+  std::vector<float> st = tensor_to_vector<float>(out, output_stats_);
+  loss_.backward(out, logits, targets, ignore_index, static_cast<float>(normalizer));
+  out.synchronize();
+  times_.loss += seconds_since(t0);
+
+  // scatter dlogits back (into each replica's logits buffer) and run backward
+  pool_->run_on(active, [&](int r) {
+    Slot& slot = *slots_[r];
+    Replica& rep = *replicas_[r];
+    auto t1 = Clock::now();
+    if (options_.fault_hook) options_.fault_hook(r, "backward");
+    tensor_copy(rep.compute_stream(), slot.logits, logits.slice(row0[r], row0[r] + rows[r]));
+    rep.backward_from_logits(slot.logits);
+    rep.compute_stream().synchronize();
+    slot.backward_s = seconds_since(t1);
+  });
+  double backward = 0;
+  for (int r : active) backward = std::max(backward, slots_[r]->backward_s);
+  times_.backward += backward;
+  return {st[0], static_cast<int64_t>(st[1])};
+}
+
+void DataParallel::reduce_gradients() {
+  auto t0 = Clock::now();
+  TraceScope span("host", "reduce");
+  int64_t P = primary().grads().numel();
+  try {
+    if (reduced_by_buckets_) {
+      for (auto& s : slots_) s->comm->synchronize();
+    } else {
+      auto streams = compute_streams();
+      if (options_.strategy == Strategy::zero1) {
+        collectives_->reduce_scatter(grad_buffers(), streams, bounds_, 0, P);
+      } else {
+        collectives_->reduce(grad_buffers(), streams, 0, 0, P);
+      }
+      for (Stream* s : streams) s->synchronize();
+    }
+  } catch (...) {
+    recover();
+    throw;
+  }
+  reduced_by_buckets_ = false;
+  times_.reduce += seconds_since(t0);
+}
+
+std::vector<DataParallel::Shard> DataParallel::shards() const {
+  if (options_.strategy == Strategy::dp) return {{0, 0, bounds_.back()}};
+  std::vector<Shard> out;
+  for (int r = 0; r < size(); ++r) out.push_back({r, bounds_[r], bounds_[r + 1]});
+  return out;
+}
+
+void DataParallel::run_on_shards(const std::function<void(const Shard&, Replica&)>& fn) {
+  auto t0 = Clock::now();
+  std::vector<Shard> sh = shards();
+  std::vector<int> which;
+  for (const Shard& s : sh) which.push_back(s.replica);
+  pool_->run_on(which, [&](int r) {
+    for (const Shard& s : sh) {
+      if (s.replica != r) continue;
+      fn(s, *replicas_[r]);
+      replicas_[r]->compute_stream().synchronize();
+    }
+  });
+  times_.optimizer += seconds_since(t0);
+}
+
+void DataParallel::finish_step() {
+  if (options_.strategy == Strategy::dp) {
+    params_stale_ = true;
+    return;
+  }
+  auto t0 = Clock::now();
+  TraceScope span("host", "all-gather params");
+  std::vector<Tensor> params;
+  for (auto& r : replicas_) params.push_back(r->params());
+  auto streams = compute_streams();
+  collectives_->all_gather(params, streams, bounds_, 0, bounds_.back());
+  for (Stream* s : streams) s->synchronize();
+  times_.replicate += seconds_since(t0);
+}
+
+LossStats DataParallel::evaluate(const HostBatch& batch, int32_t ignore_index) {
+  std::vector<int64_t> rows = split(batch.B);
+  std::vector<int> active;
+  std::vector<int64_t> row0(size(), 0);
+  for (int r = 0, at = 0; r < size(); at += static_cast<int>(rows[r]), ++r) {
+    row0[r] = at;
+    if (rows[r] > 0) active.push_back(r);
+  }
+  try {
+    replicate();
+    pool_->run_on(active, [&](int r) {
+      Slot& slot = *slots_[r];
+      Replica& rep = *replicas_[r];
+      upload(r, batch, row0[r], rows[r], true);
+      rep.forward_loss(slot.inputs.view(0, {rows[r], batch.T}),
+                       slot.targets.view(0, {rows[r], batch.T}), slot.stats, ignore_index);
+      std::vector<float> st = tensor_to_vector<float>(rep.compute_stream(), slot.stats);
+      slot.loss = {st[0], static_cast<int64_t>(st[1])};
+    });
+  } catch (...) {
+    recover();
+    throw;
+  }
+  LossStats total;
+  for (int r : active)
+    total.loss_sum += slots_[r]->loss.loss_sum, total.count += slots_[r]->loss.count;
+  return total;
+}
+
+void DataParallel::recover() {
+  if (buckets_) buckets_->disarm();
+  auto drain = [](Stream& s) {
+    try {
+      s.synchronize();
+    } catch (...) {
+    }
+  };
+  for (auto& r : replicas_) drain(r->compute_stream());
+  for (auto& s : slots_) drain(*s->comm);
+  if (output_stream_) drain(*output_stream_);
+  reduced_by_buckets_ = false;
+  params_stale_ = true;  // replicas are re-synchronised from the primary
+}
+
+}  // namespace fanout::parallel

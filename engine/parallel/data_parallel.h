@@ -1,0 +1,167 @@
+#pragma once
+// DataParallel: nn.DataParallel rebuilt for one process without a GIL.
+//   scatter   the batch's rows over the replicas (uneven splits, explicit chunk
+//             sizes, fewer replicas for a small batch)
+//   replicate persistent replicas; only the parameters are broadcast from the
+//             primary (device_ids[0]) after they changed
+//   apply     one pool thread per device runs its replica on its own stream
+//   gather    logits to output_device (faithful dp), or only loss scalars
+//             (--loss-on replicas)
+//   reduce    gradients reduce-added onto the primary after backward, or bucket
+//             by bucket on comm streams while backward runs (--overlap), or
+//             reduce-scattered so each device owns a shard (zero1)
+// The engine knows no model and no optimizer: the layer above supplies replicas,
+// the loss on gathered logits, and the optimizer step on each shard.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/core/allocator.h"
+#include "engine/core/thread_pool.h"
+#include "engine/parallel/collectives.h"
+#include "engine/parallel/replica.h"
+
+namespace fanout::parallel {
+
+enum class Strategy { dp, zero1 };
+enum class LossOn { output, replicas };
+
+struct DataParallelOptions {
+  std::vector<Device> device_ids;
+  std::optional<Device> output_device;  // default: device_ids[0]
+  std::vector<int64_t> chunk_sizes;     // rows per replica; empty: split evenly
+  Strategy strategy = Strategy::dp;
+  LossOn loss_on = LossOn::output;
+  bool overlap = false;
+  double bucket_mb = 25.0;
+  // Test hook, called on each replica's thread as a phase starts ("forward",
+  // "backward"); throwing from it simulates a failing device.
+  std::function<void(int replica, const std::string& phase)> fault_hook;
+};
+
+// The loss on gathered logits (faithful dp), supplied by the layer above.
+struct LossFunctions {
+  // stats (2) f32 <- {sum of token losses, counted tokens}
+  std::function<void(Stream&, const Tensor& logits, const Tensor& targets, const Tensor& stats,
+                     int32_t ignore_index)>
+      forward;
+  // logits (B, T, V) <- d(loss_sum / normalizer)/d(logits), in place
+  std::function<void(Stream&, const Tensor& logits, const Tensor& targets, int32_t ignore_index,
+                     float normalizer)>
+      backward;
+};
+
+// A batch on the host: (B, T) token ids and targets, row-major.
+struct HostBatch {
+  int64_t B = 0, T = 0;
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+};
+
+struct LossStats {
+  double loss_sum = 0;
+  int64_t count = 0;
+};
+
+// Seconds per phase of the last step (max over devices where they run in parallel).
+struct PhaseTimes {
+  double scatter = 0, replicate = 0, forward = 0, gather = 0, loss = 0, backward = 0, reduce = 0,
+         optimizer = 0;
+  double total() const {
+    return scatter + replicate + forward + gather + loss + backward + reduce + optimizer;
+  }
+};
+
+class GradBuckets;
+
+class DataParallel {
+ public:
+  using ReplicaFactory = std::function<std::unique_ptr<Replica>(Device device, int index)>;
+
+  DataParallel(const ReplicaFactory& factory, DataParallelOptions options, LossFunctions loss = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  int size() const { return static_cast<int>(replicas_.size()); }
+  Replica& replica(int i) { return *replicas_[i]; }
+  Replica& primary() { return *replicas_[0]; }
+  const DataParallelOptions& options() const { return options_; }
+  Device output_device() const { return *options_.output_device; }
+  const char* collectives_name() const { return collectives_->name(); }
+
+  // Rows per replica for a batch of `rows` (zeros for replicas left idle).
+  std::vector<int64_t> split(int64_t rows) const;
+
+  // The primary's parameters changed outside the engine (loaded, initialised):
+  // broadcast them before the next forward.
+  void params_changed() { params_stale_ = true; }
+
+  void zero_grad();
+  // Forward and backward of one (micro-)batch; gradients accumulate. The loss is
+  // normalised by `normalizer`, the counted-token total of the whole step (all
+  // micro-batches, all replicas). `last` marks the step's final micro-batch: with
+  // --overlap its buckets are reduced while its backward runs.
+  LossStats forward_backward(const HostBatch& batch, int32_t ignore_index, double normalizer,
+                             bool last = true);
+  // dp: gradients summed onto the primary; zero1: each replica's shard summed.
+  void reduce_gradients();
+
+  // What each replica's optimizer updates after reduce_gradients().
+  struct Shard {
+    int replica;
+    int64_t begin, end;  // elements of the flat buffers
+  };
+  std::vector<Shard> shards() const;
+  // fn on every shard's own thread at once; returns when their streams are done.
+  void run_on_shards(const std::function<void(const Shard&, Replica&)>& fn);
+  // After the optimizer: zero1 all-gathers the parameters; dp marks the
+  // replicas stale, so the next forward broadcasts from the primary.
+  void finish_step();
+
+  // Forward only: the loss sum and counted tokens of a batch.
+  LossStats evaluate(const HostBatch& batch, int32_t ignore_index);
+
+  const PhaseTimes& last_times() const { return times_; }
+  void reset_times() { times_ = PhaseTimes{}; }
+  // Byte counts of a replica's device (shared by replicas on one device).
+  AllocatorStats memory(int replica) const;
+
+ private:
+  struct Slot;  // per-replica buffers: inputs, targets, stats, comm stream
+  void replicate();
+  void upload(int r, const HostBatch& batch, int64_t row0, int64_t rows, bool targets);
+  LossStats step_on_replicas(const HostBatch& batch, const std::vector<int64_t>& rows,
+                             int32_t ignore_index, double normalizer, bool last);
+  LossStats step_faithful(const HostBatch& batch, const std::vector<int64_t>& rows,
+                          int32_t ignore_index, double normalizer, bool last);
+  std::vector<Stream*> compute_streams();
+  std::vector<Tensor> grad_buffers();
+  void recover();  // after a failed step: drain every stream, re-replicate
+
+  DataParallelOptions options_;
+  LossFunctions loss_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Collectives> collectives_;
+  std::unique_ptr<GradBuckets> buckets_;
+  std::unique_ptr<Stream> output_stream_;
+  Tensor gathered_, gathered_targets_, output_stats_;
+  std::vector<int64_t> bounds_;  // zero1 shard bounds
+  bool params_stale_ = true;
+  bool reduced_by_buckets_ = false;
+  PhaseTimes times_;
+};
+
+}  // namespace fanout::parallel
+
+namespace fanout::parallel {
+// A trace lane for replica i: "cpu:1 compute", or "cuda:0#1 compute" when one
+// device holds several replicas.
+std::string replica_lane(const std::vector<Device>& devices, int i, const std::string& what);
+}  // namespace fanout::parallel

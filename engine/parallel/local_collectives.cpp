@@ -1,0 +1,159 @@
+// LocalCollectives: each collective runs on the stream of the rank that receives
+// the data, after waiting (through events) for every input stream, and each input
+// stream then waits for it — so buffers are neither read early nor overwritten
+// while another rank still reads them. Sums go through a staging buffer on the
+// receiving device (copy, then add), as they would between distinct GPUs.
+
+#include <map>
+#include <mutex>
+
+#include "engine/core/check.h"
+#include "engine/core/flat.h"
+#include "engine/parallel/collectives.h"
+
+namespace fanout::parallel {
+
+std::vector<int64_t> shard_bounds(int64_t total, int ranks) {
+  FANOUT_ASSERT(ranks > 0, "shard_bounds over ", ranks, " ranks");
+  std::vector<int64_t> b(ranks + 1);
+  for (int r = 0; r <= ranks; ++r) b[r] = total * r / ranks;
+  return b;
+}
+
+namespace {
+
+class LocalCollectives final : public Collectives {
+ public:
+  const char* name() const override { return "local"; }
+
+  void broadcast(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams, int root,
+                 int64_t begin, int64_t end) override {
+    if (end <= begin) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto ready = record_all(streams);
+    for (size_t r = 0; r < bufs.size(); ++r) {
+      if (static_cast<int>(r) == root) continue;
+      ready[root]->wait(*streams[r]);
+      tensor_copy(*streams[r], range(bufs[r], begin, end), range(bufs[root], begin, end));
+    }
+    // The root's buffer must not change before every rank copied it.
+    for (size_t r = 0; r < bufs.size(); ++r) {
+      if (static_cast<int>(r) == root) continue;
+      Event done;
+      done.record(*streams[r]);
+      done.wait(*streams[root]);
+    }
+  }
+
+  void reduce(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams, int root,
+              int64_t begin, int64_t end) override {
+    if (end <= begin) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto ready = record_all(streams);
+    sum_into(bufs, streams, ready, root, begin, end);
+    release_inputs(streams, root);
+  }
+
+  void all_reduce(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
+                  int64_t begin, int64_t end) override {
+    reduce(bufs, streams, 0, begin, end);
+    broadcast(bufs, streams, 0, begin, end);
+  }
+
+  void reduce_scatter(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
+                      const std::vector<int64_t>& bounds, int64_t begin, int64_t end) override {
+    if (end <= begin) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto ready = record_all(streams);
+    for (size_t r = 0; r < bufs.size(); ++r) {
+      int64_t lo = std::max(begin, bounds[r]), hi = std::min(end, bounds[r + 1]);
+      if (lo < hi) sum_into(bufs, streams, ready, static_cast<int>(r), lo, hi);
+    }
+    // Inputs stay untouched until every receiver has read them.
+    for (size_t r = 0; r < bufs.size(); ++r) release_inputs(streams, static_cast<int>(r));
+  }
+
+  void all_gather(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
+                  const std::vector<int64_t>& bounds, int64_t begin, int64_t end) override {
+    if (end <= begin) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto ready = record_all(streams);
+    for (size_t r = 0; r < bufs.size(); ++r) {
+      for (size_t q = 0; q < bufs.size(); ++q) {
+        int64_t lo = std::max(begin, bounds[q]), hi = std::min(end, bounds[q + 1]);
+        if (q == r || lo >= hi) continue;
+        ready[q]->wait(*streams[r]);
+        tensor_copy(*streams[r], range(bufs[r], lo, hi), range(bufs[q], lo, hi));
+      }
+    }
+    for (size_t r = 0; r < bufs.size(); ++r) release_inputs(streams, static_cast<int>(r));
+  }
+
+ private:
+  // Destroying an Event after queuing waits on it is safe (CPU waits share its
+  // state; CUDA defers the release), so events live only for the call.
+  using Events = std::vector<std::shared_ptr<Event>>;
+
+  static Tensor range(const Tensor& t, int64_t begin, int64_t end) {
+    return t.view(begin, {end - begin});
+  }
+
+  static Events record_all(const std::vector<Stream*>& streams) {
+    Events ready;
+    for (Stream* s : streams) {
+      ready.push_back(std::make_shared<Event>());
+      ready.back()->record(*s);
+    }
+    return ready;
+  }
+
+  // bufs[root][lo, hi) += every other rank's [lo, hi), on the root's stream.
+  void sum_into(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
+                const Events& ready, int root, int64_t lo, int64_t hi) {
+    Stream& s = *streams[root];
+    Tensor dst = range(bufs[root], lo, hi);
+    for (size_t r = 0; r < bufs.size(); ++r) {
+      if (static_cast<int>(r) == root) continue;
+      ready[r]->wait(s);
+      Tensor src = range(bufs[r], lo, hi);
+      if (src.device() == dst.device()) {
+        flat_add(s, dst, src);  // replicas sharing one device: no transfer needed
+        continue;
+      }
+      Tensor stage = staging(s, hi - lo);
+      tensor_copy(s, stage, src);
+      flat_add(s, dst, stage);
+    }
+  }
+
+  // Every other stream waits until `root`'s stream has finished reading from it.
+  static void release_inputs(const std::vector<Stream*>& streams, int root) {
+    Event done;
+    done.record(*streams[root]);
+    for (size_t r = 0; r < streams.size(); ++r)
+      if (static_cast<int>(r) != root) done.wait(*streams[r]);
+  }
+
+  // One growing staging buffer per receiving stream (tagged comm in its device's
+  // allocator): the stream's order makes reuse safe. Replacing a buffer drops the
+  // old one only after the stream finished with it.
+  Tensor staging(Stream& s, int64_t numel) {
+    Tensor& t = staging_[&s];
+    if (!t.defined() || t.numel() < numel) {
+      s.synchronize();
+      t = Tensor::empty({numel}, DType::f32, s.device(), MemTag::comm);
+    }
+    return t.view(0, {numel});
+  }
+
+  std::mutex mu_;
+  std::map<Stream*, Tensor> staging_;
+};
+
+}  // namespace
+
+std::unique_ptr<Collectives> make_local_collectives() {
+  return std::make_unique<LocalCollectives>();
+}
+
+}  // namespace fanout::parallel

@@ -1,0 +1,57 @@
+#pragma once
+// Replica: one model copy on one device, as the DataParallel engine drives it.
+// The engine knows no model: it sees a flat parameter buffer, a flat gradient
+// buffer of the same layout, and forward/backward either through the logits
+// (faithful dp: the caller computes the loss) or through the loss (each replica
+// computes its own loss sum and token count). All work is queued on the replica's
+// compute stream; nothing here waits for it unless it says so.
+
+#include <cstdint>
+#include <functional>
+
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
+
+namespace fanout::parallel {
+
+class Replica {
+ public:
+  virtual ~Replica() = default;
+
+  virtual Device device() const = 0;
+  virtual Stream& compute_stream() = 0;
+
+  // Flat f32 parameters and gradients, same layout (so replicate = one copy of
+  // params(), reduce = one sum of grads(), buckets = contiguous ranges).
+  virtual Tensor params() = 0;
+  virtual Tensor grads() = 0;
+  virtual void zero_grads() = 0;
+
+  // Rows of the batch this replica can take at once (its activation capacity).
+  virtual void reserve(int64_t rows, int64_t seq_len) = 0;
+
+  // inputs (B, T) i32 -> logits (B, T, V) f32 into a replica-owned tensor (valid
+  // until the next forward).
+  virtual Tensor forward_logits(const Tensor& inputs) = 0;
+  virtual int64_t vocab_size() const = 0;
+  // grads += d(loss)/d(params) given dlogits (B, T, V) for the last forward.
+  virtual void backward_from_logits(const Tensor& dlogits) = 0;
+
+  // inputs, targets (B, T) i32 -> stats (2) f32 = {sum of token losses, counted
+  // tokens}; targets equal to ignore_index are not counted.
+  virtual void forward_loss(const Tensor& inputs, const Tensor& targets, const Tensor& stats,
+                            int32_t ignore_index) = 0;
+  // grads += d(loss_sum / normalizer)/d(params) for the last forward_loss.
+  // The normalizer is the global counted-token total, so replicas agree.
+  virtual void backward_from_loss(float normalizer) = 0;
+
+  // Called on the host thread, during backward, each time the gradients of
+  // [begin, end) (elements of grads()) have all been queued on the compute stream
+  // and will not be touched again this step. Ranges arrive in decreasing offset
+  // order and together cover the buffer once. Used to start bucket reductions
+  // early (--overlap). Pass an empty function to disable.
+  using GradReadyFn = std::function<void(int64_t begin, int64_t end)>;
+  virtual void set_grad_ready_callback(GradReadyFn fn) = 0;
+};
+
+}  // namespace fanout::parallel
