@@ -289,6 +289,25 @@ void sync_parent_dir(const std::string& path) {
 
 }  // namespace
 
+namespace {
+// The safetensors name of each fanout dtype.
+const char* safetensors_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return "F32";
+    case DType::bf16:
+      return "BF16";
+    case DType::i32:
+      return "I32";
+    case DType::i64:
+      return "I64";
+    case DType::u16:
+      return "U16";
+  }
+  return "?";
+}
+}  // namespace
+
 void safetensors_write(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
   // ordered_json keeps the tensors in the given order, as in the data section.
@@ -300,8 +319,6 @@ void safetensors_write(const std::string& path, const std::vector<SafetensorsTen
   for (const SafetensorsTensor& t : tensors) {
     FANOUT_CHECK(t.name != "__metadata__", path, ": '__metadata__' cannot name a tensor");
     FANOUT_CHECK(names.insert(t.name).second, path, ": tensor '", t.name, "' is given twice");
-    FANOUT_CHECK(t.dtype == DType::f32 || t.dtype == DType::bf16, path, ": tensor '", t.name,
-                 "' is ", dtype_name(t.dtype), "; safetensors_write writes f32 or bf16");
     for (int64_t d : t.shape) {
       FANOUT_CHECK(d >= 0, path, ": tensor '", t.name, "' has a negative dimension in shape ",
                    shape_str(t.shape));
@@ -309,7 +326,7 @@ void safetensors_write(const std::string& path, const std::vector<SafetensorsTen
     const uint64_t bytes = static_cast<uint64_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
     FANOUT_CHECK(bytes == 0 || t.data != nullptr, path, ": tensor '", t.name, "' has no data");
     nlohmann::ordered_json entry = nlohmann::ordered_json::object();
-    entry["dtype"] = t.dtype == DType::f32 ? "F32" : "BF16";
+    entry["dtype"] = safetensors_dtype_name(t.dtype);
     entry["shape"] = t.shape;
     entry["data_offsets"] = nlohmann::ordered_json::array({offset, offset + bytes});
     header[t.name] = std::move(entry);

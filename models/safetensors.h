@@ -55,7 +55,7 @@ class SafetensorsFile {
 
 struct SafetensorsTensor {
   std::string name;
-  DType dtype;  // f32 or bf16, stored as "F32" / "BF16"
+  DType dtype;  // stored as F32, BF16, I32, I64 or U16
   Shape shape;
   const void* data;  // host memory, shape_numel(shape) elements of dtype
 };

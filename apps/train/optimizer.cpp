@@ -1,0 +1,102 @@
+#include "apps/train/optimizer.h"
+
+#include <cmath>
+
+#include "engine/core/check.h"
+#include "engine/core/flat.h"
+#include "ops/grad_norm.h"
+
+namespace fanout::train {
+
+std::vector<DecayRun> decay_runs(const models::LlamaLayout& layout) {
+  std::vector<DecayRun> runs;
+  for (const models::ParamInfo& p : layout.params()) {
+    if (!runs.empty() && runs.back().decay == p.decay && runs.back().end == p.offset) {
+      runs.back().end = p.offset + p.numel;
+    } else {
+      runs.push_back({p.offset, p.offset + p.numel, p.decay});
+    }
+  }
+  return runs;
+}
+
+Optimizer::Optimizer(parallel::DataParallel& dp, std::vector<DecayRun> runs,
+                     ops::AdamWConfig config)
+    : dp_(dp), runs_(std::move(runs)), config_(config) {
+  for (const auto& shard : dp.shards()) {
+    ShardState s{shard.replica, shard.begin, shard.end, {}, {}, {}};
+    Device d = dp.replica(shard.replica).device();
+    int64_t n = std::max<int64_t>(shard.end - shard.begin, 1);
+    s.m = Tensor::empty({n}, DType::f32, d, MemTag::optimizer);
+    s.v = Tensor::empty({n}, DType::f32, d, MemTag::optimizer);
+    s.norm = Tensor::empty({1}, DType::f32, d, MemTag::optimizer);
+    Stream& stream = dp.replica(shard.replica).compute_stream();
+    flat_fill(stream, s.m, 0.0f);
+    flat_fill(stream, s.v, 0.0f);
+    stream.synchronize();
+    state_.push_back(std::move(s));
+  }
+}
+
+double Optimizer::step(int64_t step, float lr, double clip) {
+  std::vector<double> squares(state_.size(), 0.0);
+  dp_.run_on_shards([&](const parallel::DataParallel::Shard& shard, parallel::Replica& rep) {
+    for (size_t i = 0; i < state_.size(); ++i) {
+      ShardState& s = state_[i];
+      if (s.replica != shard.replica || s.end <= s.begin) continue;
+      Stream& stream = rep.compute_stream();
+      ops::norm_squared(stream, s.norm, rep.grads().view(s.begin, {s.end - s.begin}),
+                        s.end - s.begin);
+      squares[i] = tensor_to_vector<float>(stream, s.norm)[0];
+    }
+  });
+  double total = 0;
+  for (double sq : squares) total += sq;
+  double norm = std::sqrt(total);
+  if (!std::isfinite(norm)) return norm;
+  float scale = clip > 0 ? ops::clip_coefficient(norm, clip) : 1.0f;
+  dp_.run_on_shards([&](const parallel::DataParallel::Shard& shard, parallel::Replica& rep) {
+    for (ShardState& s : state_) {
+      if (s.replica != shard.replica) continue;
+      Stream& stream = rep.compute_stream();
+      for (const DecayRun& run : runs_) {
+        int64_t lo = std::max(run.begin, s.begin), hi = std::min(run.end, s.end);
+        if (lo >= hi) continue;
+        ops::AdamWConfig c = config_;
+        c.lr = lr;
+        if (!run.decay) c.weight_decay = 0.0f;
+        ops::adamw_update(stream, rep.params().view(lo, {hi - lo}), rep.grads().view(lo, {hi - lo}),
+                          s.m.view(lo - s.begin, {hi - lo}), s.v.view(lo - s.begin, {hi - lo}),
+                          hi - lo, c, step, scale);
+      }
+    }
+  });
+  dp_.finish_step();
+  return norm;
+}
+
+void Optimizer::state_to_host(std::vector<float>& m, std::vector<float>& v) {
+  int64_t P = dp_.primary().params().numel();
+  m.assign(P, 0.0f);
+  v.assign(P, 0.0f);
+  for (ShardState& s : state_) {
+    if (s.end <= s.begin) continue;
+    Stream& stream = dp_.replica(s.replica).compute_stream();
+    tensor_to_host(stream, s.m.view(0, {s.end - s.begin}), m.data() + s.begin);
+    tensor_to_host(stream, s.v.view(0, {s.end - s.begin}), v.data() + s.begin);
+  }
+}
+
+void Optimizer::state_from_host(const std::vector<float>& m, const std::vector<float>& v) {
+  int64_t P = dp_.primary().params().numel();
+  FANOUT_CHECK(static_cast<int64_t>(m.size()) == P && static_cast<int64_t>(v.size()) == P,
+               "optimizer state holds ", m.size(), " values, the model ", P);
+  for (ShardState& s : state_) {
+    if (s.end <= s.begin) continue;
+    Stream& stream = dp_.replica(s.replica).compute_stream();
+    tensor_upload(stream, s.m.view(0, {s.end - s.begin}), m.data() + s.begin);
+    tensor_upload(stream, s.v.view(0, {s.end - s.begin}), v.data() + s.begin);
+  }
+}
+
+}  // namespace fanout::train

@@ -1,0 +1,48 @@
+#pragma once
+// AdamW over the DataParallel engine's shards, with fp32 state that lives on the
+// device that owns each shard (dp: the primary holds all of it; zero1: each
+// device 1/N). A step: the global gradient norm from per-shard partial sums of
+// squares, torch's clip_grad_norm_ factor, AdamW on every shard with weight decay
+// only on tensors of >= 2 dims, then the engine's finish_step (all-gather/stale).
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/parallel/data_parallel.h"
+#include "models/llama_layout.h"
+#include "ops/adamw.h"
+
+namespace fanout::train {
+
+// Contiguous runs of the flat buffer with the same decay setting.
+struct DecayRun {
+  int64_t begin, end;
+  bool decay;
+};
+std::vector<DecayRun> decay_runs(const models::LlamaLayout& layout);
+
+class Optimizer {
+ public:
+  Optimizer(parallel::DataParallel& dp, std::vector<DecayRun> runs, ops::AdamWConfig config);
+
+  // After dp.reduce_gradients(). Returns the pre-clip global gradient norm; when
+  // it is NaN or Inf nothing is updated (the caller stops the run).
+  double step(int64_t step, float lr, double clip);
+
+  // The whole state in flat layout order (for checkpoints, device-count free).
+  void state_to_host(std::vector<float>& m, std::vector<float>& v);
+  void state_from_host(const std::vector<float>& m, const std::vector<float>& v);
+
+ private:
+  struct ShardState {
+    int replica;
+    int64_t begin, end;
+    Tensor m, v, norm;
+  };
+  parallel::DataParallel& dp_;
+  std::vector<DecayRun> runs_;
+  ops::AdamWConfig config_;
+  std::vector<ShardState> state_;
+};
+
+}  // namespace fanout::train

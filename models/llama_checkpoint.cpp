@@ -1,0 +1,71 @@
+#include "models/llama_checkpoint.h"
+
+#include <filesystem>
+#include <set>
+#include <vector>
+
+#include "engine/core/check.h"
+#include "models/safetensors.h"
+
+namespace fanout::models {
+
+namespace fs = std::filesystem;
+
+void llama_save(LlamaModel& model, const std::string& dir, bool bf16) {
+  std::vector<float> host(static_cast<size_t>(model.layout().total()));
+  tensor_to_host(model.compute_stream(), model.params(), host.data());
+  std::vector<uint16_t> half;
+  if (bf16) {
+    half.resize(host.size());
+    for (size_t i = 0; i < host.size(); ++i) half[i] = float_to_bf16(host[i]);
+  }
+  std::vector<SafetensorsTensor> tensors;
+  for (const ParamInfo& p : model.layout().params()) {
+    const void* data = bf16 ? static_cast<const void*>(half.data() + p.offset)
+                            : static_cast<const void*>(host.data() + p.offset);
+    tensors.push_back({p.name, bf16 ? DType::bf16 : DType::f32, p.shape, data});
+  }
+  llama_config_save(model.config(), (fs::path(dir) / "config.json").string());
+  safetensors_write((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+}
+
+LlamaConfig llama_load_config(const std::string& dir) {
+  FANOUT_CHECK(fs::is_directory(dir), "checkpoint '", dir, "' is not a directory");
+  fs::path cfg = fs::path(dir) / "config.json";
+  FANOUT_CHECK(fs::exists(cfg), "checkpoint '", dir, "' has no config.json");
+  return llama_config_load(cfg.string());
+}
+
+void llama_load_weights(LlamaModel& model, const std::string& dir) {
+  fs::path path = fs::path(dir) / "model.safetensors";
+  FANOUT_CHECK(fs::exists(path), "checkpoint '", dir, "' has no model.safetensors");
+  SafetensorsFile file = SafetensorsFile::open(path.string());
+  const LlamaLayout& layout = model.layout();
+  std::set<std::string> expected;
+  for (const ParamInfo& p : layout.params()) expected.insert(p.name);
+  for (const SafetensorsEntry& e : file.entries()) {
+    if (expected.count(e.name)) continue;
+    // HF may store a tied lm_head, and old checkpoints carry RoPE buffers.
+    bool tolerated = (e.name == "lm_head.weight" && model.config().tie_word_embeddings) ||
+                     e.name.find("rotary_emb.inv_freq") != std::string::npos;
+    FANOUT_CHECK(tolerated, path.string(), ": unexpected tensor ", e.name,
+                 " (not part of this config's model)");
+  }
+  std::vector<float> host(static_cast<size_t>(layout.total()));
+  for (const ParamInfo& p : layout.params()) {
+    const SafetensorsEntry* e = file.find(p.name);
+    FANOUT_CHECK(e != nullptr, path.string(), ": missing tensor ", p.name);
+    FANOUT_CHECK(e->shape == p.shape, path.string(), ": tensor ", p.name, " has shape ",
+                 shape_str(e->shape), ", expected ", shape_str(p.shape), " for this config");
+    file.read_f32(p.name, host.data() + p.offset, p.numel);
+  }
+  tensor_upload(model.compute_stream(), model.params(), host.data());
+}
+
+std::unique_ptr<LlamaModel> llama_load(const std::string& dir, Device device) {
+  auto model = std::make_unique<LlamaModel>(llama_load_config(dir), device);
+  llama_load_weights(*model, dir);
+  return model;
+}
+
+}  // namespace fanout::models

@@ -1,0 +1,263 @@
+#include "models/llama_model.h"
+
+#include <random>
+#include <vector>
+
+#include "engine/core/check.h"
+#include "engine/core/flat.h"
+#include "ops/attention.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/matmul.h"
+#include "ops/residual.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+namespace fanout::models {
+
+// --- activation arena -------------------------------------------------------
+
+// Every activation backward needs, per layer, plus shared backward scratch: one
+// allocation carved into views, sized for `capacity` rows of B*T tokens.
+struct LlamaModel::Arena {
+  struct Layer {
+    Tensor res_mid, ln1, rstd1, q, k, v, att, lse, ln2, rstd2, gate, up, act;
+  };
+  int64_t capacity = 0;  // tokens (B*T)
+  Tensor storage;
+  std::vector<Tensor> res;  // L + 1 residual streams
+  std::vector<Layer> layers;
+  Tensor lnf, rstdf, logits;
+  // scratch
+  Tensor tmp_c, dres, dln, datt, dq, dk, dv, dact, dgate, dup;
+
+  Arena(const LlamaConfig& c, Device device, int64_t N) : capacity(N) {
+    int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+    int64_t Hd = c.num_attention_heads * c.head_dim, KVd = c.num_key_value_heads * c.head_dim;
+    int64_t H = c.num_attention_heads, L = c.num_hidden_layers;
+    // Two passes: count, then carve.
+    int64_t total = 0;
+    std::vector<std::pair<Tensor*, int64_t>> plan;
+    auto want = [&](Tensor* t, int64_t numel) {
+      plan.emplace_back(t, numel);
+      total += (numel + 15) / 16 * 16;  // 64-byte aligned views
+    };
+    res.resize(L + 1);
+    layers.resize(L);
+    for (auto& r : res) want(&r, N * C);
+    for (auto& l : layers) {
+      want(&l.res_mid, N * C), want(&l.ln1, N * C), want(&l.rstd1, N);
+      want(&l.q, N * Hd), want(&l.k, N * KVd), want(&l.v, N * KVd), want(&l.att, N * Hd);
+      want(&l.lse, N * H), want(&l.ln2, N * C), want(&l.rstd2, N);
+      want(&l.gate, N * I), want(&l.up, N * I), want(&l.act, N * I);
+    }
+    want(&lnf, N * C), want(&rstdf, N), want(&logits, N * V);
+    want(&tmp_c, N * C), want(&dres, N * C), want(&dln, N * C), want(&datt, N * Hd);
+    want(&dq, N * Hd), want(&dk, N * KVd), want(&dv, N * KVd);
+    want(&dact, N * I), want(&dgate, N * I), want(&dup, N * I);
+    storage = Tensor::empty({total}, DType::f32, device, MemTag::activations);
+    int64_t at = 0;
+    for (auto& [t, numel] : plan) {
+      *t = storage.view(at, {numel});
+      at += (numel + 15) / 16 * 16;
+    }
+  }
+};
+
+// --- construction -----------------------------------------------------------
+
+LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_name)
+    : config_(std::move(config)), layout_(config_), device_(device) {
+  config_.validate();
+  stream_ = std::make_unique<Stream>(
+      device, stream_name.empty() ? device.str() + " compute" : std::move(stream_name));
+  params_ = Tensor::empty({layout_.total()}, DType::f32, device, MemTag::params);
+  grads_ = Tensor::empty({layout_.total()}, DType::f32, device, MemTag::grads);
+  flat_fill(*stream_, params_, 0.0f);
+  flat_fill(*stream_, grads_, 0.0f);
+}
+
+LlamaModel::~LlamaModel() {
+  try {
+    stream_->synchronize();
+  } catch (...) {
+  }
+}
+
+void LlamaModel::init_random(uint64_t seed) {
+  std::vector<float> host(static_cast<size_t>(layout_.total()));
+  const auto& params = layout_.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamInfo& p = params[i];
+    float* dst = host.data() + p.offset;
+    if (p.shape.size() == 1) {
+      std::fill(dst, dst + p.numel, 1.0f);  // RMSNorm weights
+      continue;
+    }
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + i);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    for (int64_t j = 0; j < p.numel; ++j) dst[j] = normal(rng);
+  }
+  tensor_upload(*stream_, params_, host.data());
+}
+
+Tensor LlamaModel::param(const std::string& name) const {
+  const ParamInfo* p = layout_.find(name);
+  FANOUT_CHECK(p != nullptr, "no parameter named ", name);
+  return w(p->offset, p->shape);
+}
+
+Tensor LlamaModel::grad(const std::string& name) const {
+  const ParamInfo* p = layout_.find(name);
+  FANOUT_CHECK(p != nullptr, "no parameter named ", name);
+  return g(p->offset, p->shape);
+}
+
+void LlamaModel::zero_grads() {
+  flat_fill(*stream_, grads_, 0.0f);
+}
+
+void LlamaModel::reserve(int64_t rows, int64_t seq_len) {
+  FANOUT_CHECK(seq_len <= config_.max_position_embeddings, "sequence length ", seq_len,
+               " exceeds max_position_embeddings ", config_.max_position_embeddings);
+  int64_t N = rows * seq_len;
+  if (arena_ && arena_->capacity >= N) return;
+  stream_->synchronize();  // the old arena may still be in use by queued work
+  arena_.reset();
+  arena_ = std::make_unique<Arena>(config_, device_, N);
+}
+
+// --- forward ----------------------------------------------------------------
+
+void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
+  FANOUT_ASSERT(inputs.dtype() == DType::i32 && inputs.numel() == B * T, "inputs ", inputs.str());
+  reserve(B, T);
+  B_ = B, T_ = T;
+  inputs_ = inputs;
+  const LlamaConfig& c = config_;
+  Stream& s = *stream_;
+  Arena& a = *arena_;
+  int64_t N = B * T, C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
+  int64_t Hd = H * D, KVd = KV * D;
+  float eps = static_cast<float>(c.rms_norm_eps);
+  StreamSpan span(s, "forward");
+
+  ops::embedding_forward(s, a.res[0], inputs, w(layout_.embed(), {V, C}), N, C, V);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerOffsets& o = layout_.layer(l);
+    Arena::Layer& x = a.layers[l];
+    // attention block: res_mid = res + o_proj(attention(rope(q), rope(k), v))
+    ops::rmsnorm_forward(s, x.ln1, x.rstd1, a.res[l], w(o.ln1, {C}), N, C, eps);
+    ops::matmul_forward(s, x.q, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
+    ops::matmul_forward(s, x.k, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
+    ops::matmul_forward(s, x.v, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
+    ops::rope_forward(s, x.q, x.q, B, T, H, D, c.rope_theta, 0);
+    ops::rope_forward(s, x.k, x.k, B, T, KV, D, c.rope_theta, 0);
+    ops::attention_forward(s, x.att, x.lse, x.q, x.k, x.v, B, T, T, H, KV, D);
+    ops::matmul_forward(s, a.tmp_c, x.att, w(o.o, {C, Hd}), N, Hd, C);
+    ops::residual_forward(s, x.res_mid, a.res[l], a.tmp_c, N * C);
+    // MLP block: res' = res_mid + down(silu(gate(x)) * up(x))
+    ops::rmsnorm_forward(s, x.ln2, x.rstd2, x.res_mid, w(o.ln2, {C}), N, C, eps);
+    ops::matmul_forward(s, x.gate, x.ln2, w(o.gate, {I, C}), N, C, I);
+    ops::matmul_forward(s, x.up, x.ln2, w(o.up, {I, C}), N, C, I);
+    ops::swiglu_forward(s, x.act, x.gate, x.up, N * I);
+    ops::matmul_forward(s, a.tmp_c, x.act, w(o.down, {C, I}), N, I, C);
+    ops::residual_forward(s, a.res[l + 1], x.res_mid, a.tmp_c, N * C);
+  }
+  int64_t L = c.num_hidden_layers;
+  ops::rmsnorm_forward(s, a.lnf, a.rstdf, a.res[L], w(layout_.final_norm(), {C}), N, C, eps);
+  ops::matmul_forward(s, a.logits, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V);
+}
+
+Tensor LlamaModel::forward_logits(const Tensor& inputs) {
+  FANOUT_ASSERT(inputs.dim() == 2, "inputs must be (B, T), got ", inputs.str());
+  int64_t B = inputs.size(0), T = inputs.size(1);
+  forward_hidden(inputs, B, T);
+  return arena_->logits.view(0, {B, T, config_.vocab_size});
+}
+
+void LlamaModel::forward_loss(const Tensor& inputs, const Tensor& targets, const Tensor& stats,
+                              int32_t ignore_index) {
+  FANOUT_ASSERT(inputs.dim() == 2 && targets.numel() == inputs.numel(), "inputs ", inputs.str(),
+                " targets ", targets.str());
+  int64_t B = inputs.size(0), T = inputs.size(1);
+  forward_hidden(inputs, B, T);
+  targets_ = targets;
+  ignore_index_ = ignore_index;
+  StreamSpan span(*stream_, "loss");
+  ops::cross_entropy_forward(*stream_, stats, arena_->logits, targets, B * T, config_.vocab_size,
+                             ignore_index);
+}
+
+// --- backward ---------------------------------------------------------------
+
+void LlamaModel::backward_from_loss(float normalizer) {
+  FANOUT_ASSERT(targets_.defined(), "backward_from_loss without forward_loss");
+  int64_t N = B_ * T_, V = config_.vocab_size;
+  // dlogits overwrite the logits in place: the [N, V] buffer is the largest.
+  ops::cross_entropy_backward(*stream_, arena_->logits, arena_->logits, targets_, N, V,
+                              ignore_index_, normalizer);
+  backward_hidden(arena_->logits);
+  targets_ = Tensor();
+}
+
+void LlamaModel::backward_from_logits(const Tensor& dlogits) {
+  FANOUT_ASSERT(dlogits.numel() == B_ * T_ * config_.vocab_size, "dlogits ", dlogits.str());
+  backward_hidden(dlogits);
+}
+
+void LlamaModel::backward_hidden(const Tensor& dlogits) {
+  const LlamaConfig& c = config_;
+  Stream& s = *stream_;
+  Arena& a = *arena_;
+  int64_t B = B_, T = T_, N = B * T, C = c.hidden_size, I = c.intermediate_size;
+  int64_t V = c.vocab_size, H = c.num_attention_heads, KV = c.num_key_value_heads;
+  int64_t D = c.head_dim, Hd = H * D, KVd = KV * D, L = c.num_hidden_layers;
+  StreamSpan span(s, "backward");
+  auto ready = [&](int64_t begin, int64_t end) {
+    if (grad_ready_) grad_ready_(begin, end);
+  };
+  // Scratch that gradients accumulate into is cleared for this batch's size only.
+  auto zero = [&](const Tensor& t, int64_t n) { flat_fill(s, t.view(0, {n}), 0.0f); };
+
+  // lm_head and the final norm
+  zero(a.dln, N * C);
+  ops::matmul_backward(s, a.dln, g(layout_.lm_head(), {V, C}), dlogits, a.lnf,
+                       w(layout_.lm_head(), {V, C}), N, C, V);
+  zero(a.dres, N * C);
+  ops::rmsnorm_backward(s, a.dres, g(layout_.final_norm(), {C}), a.dln, a.res[L],
+                        w(layout_.final_norm(), {C}), a.rstdf, N, C);
+  ready(layout_.final_norm(), layout_.total());
+
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const LayerOffsets& o = layout_.layer(l);
+    Arena::Layer& x = a.layers[l];
+    // MLP block; dres holds d(res[l+1]) and becomes d(res_mid).
+    zero(a.dact, N * I);
+    ops::matmul_backward(s, a.dact, g(o.down, {C, I}), a.dres, x.act, w(o.down, {C, I}), N, I, C);
+    ops::swiglu_backward(s, a.dgate, a.dup, a.dact, x.gate, x.up, N * I);
+    zero(a.dln, N * C);
+    ops::matmul_backward(s, a.dln, g(o.gate, {I, C}), a.dgate, x.ln2, w(o.gate, {I, C}), N, C, I);
+    ops::matmul_backward(s, a.dln, g(o.up, {I, C}), a.dup, x.ln2, w(o.up, {I, C}), N, C, I);
+    ops::rmsnorm_backward(s, a.dres, g(o.ln2, {C}), a.dln, x.res_mid, w(o.ln2, {C}), x.rstd2, N, C);
+    // attention block; dres becomes d(res[l]).
+    zero(a.datt, N * Hd);
+    ops::matmul_backward(s, a.datt, g(o.o, {C, Hd}), a.dres, x.att, w(o.o, {C, Hd}), N, Hd, C);
+    ops::attention_backward(s, a.dq, a.dk, a.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, B, T, H, KV,
+                            D);
+    ops::rope_backward(s, a.dq, a.dq, B, T, H, D, c.rope_theta, 0);
+    ops::rope_backward(s, a.dk, a.dk, B, T, KV, D, c.rope_theta, 0);
+    zero(a.dln, N * C);
+    ops::matmul_backward(s, a.dln, g(o.q, {Hd, C}), a.dq, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
+    ops::matmul_backward(s, a.dln, g(o.k, {KVd, C}), a.dk, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
+    ops::matmul_backward(s, a.dln, g(o.v, {KVd, C}), a.dv, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
+    ops::rmsnorm_backward(s, a.dres, g(o.ln1, {C}), a.dln, a.res[l], w(o.ln1, {C}), x.rstd1, N, C);
+    ready(o.begin, o.end);
+  }
+  ops::embedding_backward(s, g(layout_.embed(), {V, C}), a.dres, inputs_, N, C, V);
+  ready(layout_.embed(), layout_.embed() + V * C);
+}
+
+}  // namespace fanout::models

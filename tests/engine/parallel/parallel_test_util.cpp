@@ -1,0 +1,96 @@
+#include "tests/engine/parallel/parallel_test_util.h"
+
+#include <cmath>
+#include <random>
+
+#include "apps/train/loss_functions.h"
+#include "apps/train/optimizer.h"
+#include "models/llama_model.h"
+
+namespace fanout::test {
+
+models::LlamaConfig small_test_config() {
+  models::LlamaConfig c;
+  c.vocab_size = 61, c.hidden_size = 32, c.intermediate_size = 48, c.num_hidden_layers = 2;
+  c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 8;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+int64_t TestBatch::counted() const {
+  int64_t n = 0;
+  for (int32_t t : targets) n += t >= 0;
+  return n;
+}
+
+TestBatch make_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed,
+                     const std::vector<int64_t>& pad) {
+  TestBatch b;
+  b.B = B, b.T = T;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);
+  for (int64_t r = 0; r < B; ++r) {
+    int64_t padded = r < static_cast<int64_t>(pad.size()) ? pad[r] : 0;
+    for (int64_t t = 0; t < T; ++t) {
+      b.inputs.push_back(tok(rng));
+      b.targets.push_back(t >= T - padded ? models::kIgnoreIndex : tok(rng));
+    }
+  }
+  return b;
+}
+
+RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBatch& batch,
+                            int steps, uint64_t seed) {
+  models::LlamaConfig config = small_test_config();
+  std::vector<Device> ids = options.device_ids;
+  auto factory = [&](Device d, int i) {
+    auto m =
+        std::make_unique<models::LlamaModel>(config, d, parallel::replica_lane(ids, i, "compute"));
+    if (i == 0) m->init_random(seed);  // the primary's weights are broadcast
+    return m;
+  };
+  parallel::DataParallel dp(factory, options, train::cross_entropy_loss_functions());
+  models::LlamaLayout layout(config);
+  ops::AdamWConfig adam;
+  adam.lr = 1e-2f, adam.weight_decay = 0.1f, adam.beta1 = 0.9f, adam.beta2 = 0.95f;
+  train::Optimizer opt(dp, train::decay_runs(layout), adam);
+  RunResult out;
+  out.init_params = tensor_to_vector<float>(dp.primary().compute_stream(), dp.primary().params());
+  for (int step = 1; step <= steps; ++step) {
+    dp.zero_grad();
+    parallel::LossStats st = dp.forward_backward(batch.host(), models::kIgnoreIndex,
+                                                 static_cast<double>(batch.counted()));
+    dp.reduce_gradients();
+    out.losses.push_back(st.loss_sum / st.count);
+    if (step == 1) {
+      out.first_grads.assign(layout.total(), 0.0f);
+      for (const auto& sh : dp.shards()) {
+        parallel::Replica& r = dp.replica(sh.replica);
+        if (sh.end > sh.begin) {
+          tensor_to_host(r.compute_stream(), r.grads().view(sh.begin, {sh.end - sh.begin}),
+                         out.first_grads.data() + sh.begin);
+        }
+      }
+    }
+    out.grad_norms.push_back(opt.step(step, adam.lr, 1.0));
+  }
+  out.final_params = tensor_to_vector<float>(dp.primary().compute_stream(), dp.primary().params());
+  return out;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+std::vector<float> difference(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  return d;
+}
+
+}  // namespace fanout::test

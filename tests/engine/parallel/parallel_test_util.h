@@ -1,0 +1,40 @@
+#pragma once
+// A small Llama, synthetic batches with padded rows, and runs of the DataParallel
+// engine plus AdamW for a few steps, for the N-devices-equal-one invariant.
+
+#include <string>
+#include <vector>
+
+#include "engine/parallel/data_parallel.h"
+#include "models/llama_config.h"
+
+namespace fanout::test {
+
+models::LlamaConfig small_test_config();
+
+struct TestBatch {
+  int64_t B = 0, T = 0;
+  std::vector<int32_t> inputs, targets;
+  parallel::HostBatch host() const { return {B, T, inputs.data(), targets.data()}; }
+  int64_t counted() const;
+};
+// Random tokens; row r keeps (T - pad[r]) counted targets, the rest ignored.
+TestBatch make_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed,
+                     const std::vector<int64_t>& pad = {});
+
+struct RunResult {
+  std::vector<double> losses;      // per step, before the update
+  std::vector<double> grad_norms;  // per step, before clipping
+  std::vector<float> first_grads;  // the reduced gradients of step 1 (whole buffer)
+  std::vector<float> init_params, final_params;
+};
+
+// `steps` AdamW steps (lr 1e-2, wd 0.1, clip 1.0) on the same batch.
+RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBatch& batch,
+                            int steps = 3, uint64_t seed = 7);
+
+// ||a - b|| / ||b||
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b);
+std::vector<float> difference(const std::vector<float>& a, const std::vector<float>& b);
+
+}  // namespace fanout::test
