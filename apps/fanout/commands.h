@@ -13,5 +13,7 @@ namespace fanout::app {
 using Command = std::function<int()>;
 
 Command add_devices_command(CLI::App& app);
+Command add_eval_command(CLI::App& app);
+Command add_generate_command(CLI::App& app);
 
 }  // namespace fanout::app

@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<app::Command> commands = {
       app::add_devices_command(app),
+      app::add_eval_command(app),
+      app::add_generate_command(app),
   };
   try {
     app.parse(argc, argv);

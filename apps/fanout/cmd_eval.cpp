@@ -1,0 +1,95 @@
+// `fanout eval`: the mean loss of a checkpoint over a data file, with llm.c's
+// no-shuffle windows (B*T+1 tokens advancing by B*T), split over --devices.
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/fanout/commands.h"
+#include "apps/train/data_loader.h"
+#include "apps/train/token_file.h"
+#include "engine/core/check.h"
+#include "engine/parallel/data_parallel.h"
+#include "models/llama_checkpoint.h"
+
+namespace fanout::app {
+
+namespace {
+struct EvalArgs {
+  std::string checkpoint, data, devices = "cpu:0";
+  int64_t batch_size = 4, seq_len = 64, max_batches = 0;
+  bool json = false;
+};
+
+int run_eval(const EvalArgs& a) {
+  FANOUT_CHECK(a.batch_size > 0, "--batch-size must be positive, got ", a.batch_size);
+  FANOUT_CHECK(a.seq_len > 0, "--seq-len must be positive, got ", a.seq_len);
+  FANOUT_CHECK(a.max_batches >= 0, "--max-batches must not be negative");
+  std::vector<Device> devices = devices_parse(a.devices);
+  devices_check_available(devices);
+  models::LlamaConfig config = models::llama_load_config(a.checkpoint);
+  FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len ", a.seq_len,
+               " exceeds the checkpoint's max_position_embeddings (",
+               config.max_position_embeddings, ")");
+  train::TokenData data = train::token_file_load(a.data);
+  train::token_data_check_vocab(data, config.vocab_size);
+  train::DataLoader loader(data, a.batch_size, a.seq_len, true, false, 0, models::kIgnoreIndex);
+
+  parallel::DataParallelOptions options;
+  options.device_ids = devices;
+  options.loss_on = parallel::LossOn::replicas;
+  auto factory = [&](Device d, int i) {
+    auto m = std::make_unique<models::LlamaModel>(config, d,
+                                                  parallel::replica_lane(devices, i, "compute"));
+    if (i == 0) models::llama_load_weights(*m, a.checkpoint);  // broadcast to the others
+    return m;
+  };
+  parallel::DataParallel dp(factory, options);
+  int64_t batches = loader.batches_per_epoch();
+  if (a.max_batches > 0) batches = std::min(batches, a.max_batches);
+  double loss_sum = 0;
+  int64_t tokens = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    train::Batch b = loader.next();
+    parallel::LossStats st =
+        dp.evaluate({b.B, b.T, b.inputs.data(), b.targets.data()}, models::kIgnoreIndex);
+    loss_sum += st.loss_sum;
+    tokens += st.count;
+  }
+  double loss = loss_sum / static_cast<double>(tokens);
+  std::printf(
+      "eval: loss %.6f (perplexity %.3f) over %lld tokens in %lld batches of %lld x %lld "
+      "on %s\n",
+      loss, std::exp(loss), static_cast<long long>(tokens), static_cast<long long>(batches),
+      static_cast<long long>(a.batch_size), static_cast<long long>(a.seq_len),
+      devices_str(devices).c_str());
+  if (a.json) {
+    nlohmann::json j = {
+        {"loss", loss}, {"tokens", tokens}, {"batches", batches}, {"perplexity", std::exp(loss)}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+}  // namespace
+
+Command add_eval_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("eval", "Mean loss of a checkpoint over a data file");
+  auto a = std::make_shared<EvalArgs>();
+  cmd->add_option("--checkpoint", a->checkpoint,
+                  "Checkpoint directory (config.json + model.safetensors)")
+      ->required();
+  cmd->add_option("--data", a->data, "llm.c .bin token file, or a UTF-8 text file")->required();
+  cmd->add_option("--batch-size", a->batch_size, "Rows per batch")->capture_default_str();
+  cmd->add_option("--seq-len", a->seq_len, "Tokens per row")->capture_default_str();
+  cmd->add_option("--devices", a->devices, "Devices, e.g. cpu:0,cpu:1 or auto")
+      ->capture_default_str();
+  cmd->add_option("--max-batches", a->max_batches, "Stop after N batches (0: the whole file)")
+      ->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print a JSON object as the last line");
+  return [cmd, a]() -> int { return cmd->parsed() ? run_eval(*a) : -1; };
+}
+
+}  // namespace fanout::app
