@@ -121,14 +121,19 @@ void tensor_copy(Stream& stream, const Tensor& dst, const Tensor& src) {
 Tensor tensor_from_host(Stream& stream, const void* data, Shape shape, DType dtype, Device device,
                         MemTag tag) {
   Tensor t = Tensor::empty(std::move(shape), dtype, device, tag);
-  if (device.is_cpu()) {
-    stream.synchronize();
-    std::memcpy(t.raw(), data, t.nbytes());
+  tensor_upload(stream, t, data);
+  return t;
+}
+
+void tensor_upload(Stream& stream, const Tensor& dst, const void* data) {
+  if (dst.device().is_cpu()) {
+    stream.synchronize();  // nothing queued may still be using dst
+    std::memcpy(dst.raw(), data, dst.nbytes());
   } else {
-    cuda_memcpy_async(t.raw(), data, t.nbytes(), CudaCopy::host_to_device, stream.cuda_handle());
+    cuda_memcpy_async(dst.raw(), data, dst.nbytes(), CudaCopy::host_to_device,
+                      stream.cuda_handle());
     stream.synchronize();
   }
-  return t;
 }
 
 void tensor_to_host(Stream& stream, const Tensor& src, void* out) {

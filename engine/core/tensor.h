@@ -90,6 +90,8 @@ void tensor_copy(Stream& stream, const Tensor& dst, const Tensor& src);
 Tensor tensor_from_host(Stream& stream, const void* data, Shape shape, DType dtype, Device device,
                         MemTag tag = MemTag::other);
 void tensor_to_host(Stream& stream, const Tensor& src, void* out);
+// dst <- host bytes (dst.nbytes() of them); returns once the copy is done.
+void tensor_upload(Stream& stream, const Tensor& dst, const void* data);
 
 template <typename T>
 Tensor tensor_from_vector(Stream& stream, const std::vector<T>& values, Shape shape, DType dtype,
