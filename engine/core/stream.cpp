@@ -5,6 +5,7 @@
 #include <future>
 
 #include "engine/core/check.h"
+#include "engine/core/cpu_device.h"
 #include "engine/core/cuda_runtime.h"
 #include "engine/core/trace.h"
 #include "engine/core/worker.h"
@@ -40,7 +41,13 @@ void Stream::run(const std::function<void()>& fn, bool always) {
     if (error_ && !always) return;
   }
   try {
-    fn();
+    // Kernels run in the device's arena (Note [CPU device compute]); markers, which
+    // may block on other streams, run outside it so they never hold its threads.
+    if (always) {
+      fn();
+    } else {
+      cpu_device_arena(device_.index).execute(fn);
+    }
   } catch (...) {
     std::lock_guard<std::mutex> lock(error_mu_);
     if (!error_) error_ = std::current_exception();
