@@ -15,5 +15,6 @@ using Command = std::function<int()>;
 Command add_devices_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
 
 }  // namespace fanout::app

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
       app::add_devices_command(app),
       app::add_eval_command(app),
       app::add_generate_command(app),
+      app::add_bench_command(app),
   };
   try {
     app.parse(argc, argv);

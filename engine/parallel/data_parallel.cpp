@@ -139,6 +139,7 @@ void DataParallel::upload(int r, const HostBatch& batch, int64_t row0, int64_t r
   Slot& slot = *slots_[r];
   Replica& rep = *replicas_[r];
   int64_t n = rows * batch.T;
+  TraceScope span(replica_lane(options_.device_ids, r, "host"), "scatter");
   if (slot.capacity < n) {
     rep.compute_stream().synchronize();
     slot.inputs = Tensor::empty({n}, DType::i32, rep.device(), MemTag::data);
@@ -269,8 +270,11 @@ LossStats DataParallel::step_faithful(const HostBatch& batch, const std::vector<
     gathered_targets_ = Tensor::empty({B * T}, DType::i32, od, MemTag::data);
   }
   Tensor logits = gathered_.view(0, {B, T, V});
-  for (int r : active) {
-    tensor_copy(out, logits.slice(row0[r], row0[r] + rows[r]), slots_[r]->logits);
+  {
+    StreamSpan span(out, "gather");
+    for (int r : active) {
+      tensor_copy(out, logits.slice(row0[r], row0[r] + rows[r]), slots_[r]->logits);
+    }
   }
   out.synchronize();
   times_.gather += seconds_since(t0);
@@ -279,9 +283,13 @@ LossStats DataParallel::step_faithful(const HostBatch& batch, const std::vector<
   t0 = Clock::now();
   Tensor targets = gathered_targets_.view(0, {B, T});
   tensor_upload(out, targets, batch.targets);
-  loss_.forward(out, logits, targets, output_stats_, ignore_index);
-  std::vector<float> st = tensor_to_vector<float>(out, output_stats_);
-  loss_.backward(out, logits, targets, ignore_index, static_cast<float>(normalizer));
+  std::vector<float> st;
+  {
+    StreamSpan span(out, "loss");
+    loss_.forward(out, logits, targets, output_stats_, ignore_index);
+    st = tensor_to_vector<float>(out, output_stats_);
+    loss_.backward(out, logits, targets, ignore_index, static_cast<float>(normalizer));
+  }
   out.synchronize();
   times_.loss += seconds_since(t0);
 

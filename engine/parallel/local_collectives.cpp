@@ -34,6 +34,7 @@ class LocalCollectives final : public Collectives {
     for (size_t r = 0; r < bufs.size(); ++r) {
       if (static_cast<int>(r) == root) continue;
       ready[root]->wait(*streams[r]);
+      StreamSpan span(*streams[r], "broadcast");
       tensor_copy(*streams[r], range(bufs[r], begin, end), range(bufs[root], begin, end));
     }
     // The root's buffer must not change before every rank copied it.
@@ -83,6 +84,7 @@ class LocalCollectives final : public Collectives {
         int64_t lo = std::max(begin, bounds[q]), hi = std::min(end, bounds[q + 1]);
         if (q == r || lo >= hi) continue;
         ready[q]->wait(*streams[r]);
+        StreamSpan span(*streams[r], "all-gather");
         tensor_copy(*streams[r], range(bufs[r], lo, hi), range(bufs[q], lo, hi));
       }
     }
@@ -112,9 +114,11 @@ class LocalCollectives final : public Collectives {
                 const Events& ready, int root, int64_t lo, int64_t hi) {
     Stream& s = *streams[root];
     Tensor dst = range(bufs[root], lo, hi);
+    for (size_t r = 0; r < bufs.size(); ++r)
+      if (static_cast<int>(r) != root) ready[r]->wait(s);
+    StreamSpan span(s, "reduce");
     for (size_t r = 0; r < bufs.size(); ++r) {
       if (static_cast<int>(r) == root) continue;
-      ready[r]->wait(s);
       Tensor src = range(bufs[r], lo, hi);
       if (src.device() == dst.device()) {
         flat_add(s, dst, src);  // replicas sharing one device: no transfer needed

@@ -1,0 +1,171 @@
+// `fanout bench`: the DataParallel modes on one model and global batch, one
+// table (tokens/s, speed-up over one device, step-time breakdown, peak bytes per
+// device), optionally as JSON. `fanout bench ops`: GFLOP/s of the CPU matmul and
+// attention kernels at a preset's shapes.
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/fanout/commands.h"
+#include "apps/train/bench.h"
+#include "engine/core/check.h"
+#include "engine/core/trace.h"
+#include "models/llama_config.h"
+
+namespace fanout::app {
+
+namespace {
+struct BenchArgs {
+  std::string preset = "tiny", config_file, devices = "cpu:0,cpu:1", modes = "all", json, trace;
+  int64_t batch_size = 16, seq_len = 128;
+  int steps = 5, warmup = 1;
+  double bucket_mb = 25.0;
+  // ops
+  std::string op_device = "cpu:0";
+  int repeats = 5;
+};
+
+models::LlamaConfig config_of(const BenchArgs& a) {
+  return a.config_file.empty() ? models::llama_preset(a.preset)
+                               : models::llama_config_load(a.config_file);
+}
+
+nlohmann::json phases_json(const parallel::PhaseTimes& p) {
+  return {{"scatter", p.scatter}, {"replicate", p.replicate}, {"forward", p.forward},
+          {"gather", p.gather},   {"loss", p.loss},           {"backward", p.backward},
+          {"reduce", p.reduce},   {"optimizer", p.optimizer}};
+}
+
+void print_row(const train::BenchResult& r, double base) {
+  const parallel::PhaseTimes& p = r.phases;
+  auto ms = [](double s) { return s * 1e3; };
+  std::printf("%-22s %10.0f %7.2fx %8.1f  %7.1f %7.1f %7.1f %7.1f %7.1f %8.1f %7.1f %7.1f  ",
+              r.mode.c_str(), r.tokens_per_s, base > 0 ? r.tokens_per_s / base : 1.0, ms(r.step_s),
+              ms(p.scatter), ms(p.replicate), ms(p.forward), ms(p.gather), ms(p.loss),
+              ms(p.backward), ms(p.reduce), ms(p.optimizer));
+  for (size_t i = 0; i < r.peaks.size(); ++i) {
+    std::printf("%s%s %s", i ? ", " : "", r.peaks[i].device.c_str(),
+                bytes_str(r.peaks[i].peak_bytes).c_str());
+  }
+  std::printf("\n");
+}
+
+int run_bench(const BenchArgs& a) {
+  train::BenchSetup setup;
+  setup.config = config_of(a);
+  setup.devices = devices_parse(a.devices);
+  devices_check_available(setup.devices);
+  for (const Device& d : setup.devices)
+    FANOUT_CHECK(!d.is_bare(), "--devices needs indices, e.g. cpu:0,cpu:1");
+  setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
+  setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
+  FANOUT_CHECK(a.batch_size > 0, "--batch-size must be positive, got ", a.batch_size);
+  FANOUT_CHECK(a.steps > 0, "--steps must be positive, got ", a.steps);
+  std::vector<train::BenchMode> modes = train::bench_modes_parse(a.modes);
+
+  std::printf(
+      "fanout bench: %lld parameters, global batch %lld x %lld, %d steps after %d "
+      "warm-up, devices %s\n",
+      static_cast<long long>(setup.config.num_parameters()), static_cast<long long>(a.batch_size),
+      static_cast<long long>(a.seq_len), a.steps, a.warmup, devices_str(setup.devices).c_str());
+  std::printf("%-22s %10s %8s %8s  %7s %7s %7s %7s %7s %8s %7s %7s  %s\n", "mode", "tokens/s",
+              "speed-up", "step ms", "scatter", "replic.", "forward", "gather", "loss", "backward",
+              "reduce", "optim.", "peak bytes per device");
+  // One device, whole batch: the baseline every speed-up is measured against.
+  train::BenchSetup one = setup;
+  one.devices = {setup.devices[0]};
+  train::BenchResult base = train::bench_mode(one, train::bench_modes_parse("dp-replicas")[0]);
+  base.mode = "1 device (" + setup.devices[0].str() + ")";
+  print_row(base, base.tokens_per_s);
+  std::vector<train::BenchResult> results;
+  for (size_t i = 0; i < modes.size(); ++i) {
+    if (!a.trace.empty() && i + 1 == modes.size()) Trace::global().set_enabled(true);
+    results.push_back(train::bench_mode(setup, modes[i]));
+    print_row(results.back(), base.tokens_per_s);
+  }
+  if (!a.trace.empty()) {
+    Trace::global().set_enabled(false);
+    Trace::global().write(a.trace);
+    std::printf("trace of %s written to %s (open in ui.perfetto.dev)\n", modes.back().name.c_str(),
+                a.trace.c_str());
+  }
+  if (!a.json.empty()) {
+    nlohmann::json rows = nlohmann::json::array();
+    auto row = [&](const train::BenchResult& r) {
+      nlohmann::json peaks = nlohmann::json::object();
+      for (const auto& p : r.peaks) peaks[p.device] = p.peak_bytes;
+      return nlohmann::json{{"mode", r.mode},
+                            {"devices", r.devices},
+                            {"tokens_per_s", r.tokens_per_s},
+                            {"speedup", r.tokens_per_s / base.tokens_per_s},
+                            {"step_s", r.step_s},
+                            {"phases_s", phases_json(r.phases)},
+                            {"peak_bytes", peaks}};
+    };
+    rows.push_back(row(base));
+    for (const auto& r : results) rows.push_back(row(r));
+    nlohmann::json doc = {{"parameters", setup.config.num_parameters()},
+                          {"batch_size", a.batch_size},
+                          {"seq_len", a.seq_len},
+                          {"steps", a.steps},
+                          {"devices", devices_str(setup.devices)},
+                          {"results", rows}};
+    std::ofstream out(a.json);
+    FANOUT_CHECK(out.good(), "cannot write --json file '", a.json, "'");
+    out << doc.dump(2) << "\n";
+  }
+  return 0;
+}
+
+int run_bench_ops(const BenchArgs& a) {
+  Device device = device_parse(a.op_device);
+  devices_check_available({device});
+  FANOUT_CHECK(device.is_cpu(), "fanout bench ops measures the CPU kernels: use --device cpu:N");
+  models::LlamaConfig config = config_of(a);
+  FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len exceeds max positions");
+  FANOUT_CHECK(a.batch_size > 0 && a.seq_len > 0 && a.repeats > 0, "sizes must be positive");
+  std::printf("fanout bench ops: %s, batch %lld x %lld, %d repeats, single-threaded GEMMs\n",
+              a.config_file.empty() ? a.preset.c_str() : a.config_file.c_str(),
+              static_cast<long long>(a.batch_size), static_cast<long long>(a.seq_len), a.repeats);
+  std::printf("%-20s %-42s %10s %10s %10s\n", "op", "shape", "GFLOP", "ms", "GFLOP/s");
+  for (const auto& r : train::bench_ops(config, device, a.batch_size, a.seq_len, a.repeats)) {
+    std::printf("%-20s %-42s %10.3f %10.2f %10.2f\n", r.op.c_str(), r.shape.c_str(), r.gflop,
+                r.seconds * 1e3, r.gflops());
+  }
+  return 0;
+}
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "Compare the data-parallel modes (or time the ops)");
+  auto a = std::make_shared<BenchArgs>();
+  auto common = [a](CLI::App* c) {
+    c->add_option("--preset", a->preset, "tiny, small or seed")->capture_default_str();
+    c->add_option("--config", a->config_file, "An HF Llama config.json instead of a preset");
+    c->add_option("--batch-size", a->batch_size, "Global rows per step")->capture_default_str();
+    c->add_option("--seq-len", a->seq_len, "Tokens per row")->capture_default_str();
+  };
+  common(cmd);
+  cmd->add_option("--devices", a->devices, "Devices")->capture_default_str();
+  cmd->add_option("--modes", a->modes, "dp,dp-replicas,dp-overlap,zero1 or all")
+      ->capture_default_str();
+  cmd->add_option("--steps", a->steps, "Timed steps")->capture_default_str();
+  cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str();
+  cmd->add_option("--bucket-mb", a->bucket_mb, "Bucket size for dp-overlap")->capture_default_str();
+  cmd->add_option("--json", a->json, "Also write the figures to this file");
+  cmd->add_option("--trace", a->trace, "Write a Chrome/Perfetto trace of the last mode's steps");
+  auto* ops = cmd->add_subcommand("ops", "GFLOP/s of the CPU matmul and attention kernels");
+  common(ops);
+  ops->add_option("--device", a->op_device, "A CPU device")->capture_default_str();
+  ops->add_option("--repeats", a->repeats, "Timed repetitions")->capture_default_str();
+  return [cmd, ops, a]() -> int {
+    if (!cmd->parsed()) return -1;
+    return ops->parsed() ? run_bench_ops(*a) : run_bench(*a);
+  };
+}
+
+}  // namespace fanout::app

@@ -1,0 +1,172 @@
+#include "apps/train/bench.h"
+
+#include <chrono>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "apps/train/loss_functions.h"
+#include "apps/train/optimizer.h"
+#include "engine/core/check.h"
+#include "engine/core/flat.h"
+#include "models/llama_model.h"
+#include "ops/attention.h"
+#include "ops/matmul.h"
+
+namespace fanout::train {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+parallel::PhaseTimes& operator+=(parallel::PhaseTimes& a, const parallel::PhaseTimes& b) {
+  a.scatter += b.scatter, a.replicate += b.replicate, a.forward += b.forward;
+  a.gather += b.gather, a.loss += b.loss, a.backward += b.backward;
+  a.reduce += b.reduce, a.optimizer += b.optimizer;
+  return a;
+}
+parallel::PhaseTimes scaled(parallel::PhaseTimes t, double s) {
+  for (double* v : {&t.scatter, &t.replicate, &t.forward, &t.gather, &t.loss, &t.backward,
+                    &t.reduce, &t.optimizer})
+    *v *= s;
+  return t;
+}
+}  // namespace
+
+std::vector<BenchMode> bench_modes_parse(const std::string& list) {
+  static const std::map<std::string, BenchMode> known = {
+      {"dp", {"dp", parallel::Strategy::dp, parallel::LossOn::output, false}},
+      {"dp-replicas", {"dp-replicas", parallel::Strategy::dp, parallel::LossOn::replicas, false}},
+      {"dp-overlap", {"dp-overlap", parallel::Strategy::dp, parallel::LossOn::replicas, true}},
+      {"zero1", {"zero1", parallel::Strategy::zero1, parallel::LossOn::replicas, false}},
+  };
+  std::string text = list == "all" ? "dp,dp-replicas,dp-overlap,zero1" : list;
+  std::vector<BenchMode> out;
+  std::stringstream ss(text);
+  for (std::string name; std::getline(ss, name, ',');) {
+    auto it = known.find(name);
+    FANOUT_CHECK(it != known.end(), "unknown mode '", name,
+                 "' (choose from dp, dp-replicas, dp-overlap, zero1)");
+    out.push_back(it->second);
+  }
+  FANOUT_CHECK(!out.empty(), "--modes is empty");
+  return out;
+}
+
+BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
+  const models::LlamaConfig& config = setup.config;
+  FANOUT_CHECK(setup.seq_len <= config.max_position_embeddings, "--seq-len ", setup.seq_len,
+               " exceeds max_position_embeddings ", config.max_position_embeddings);
+  FANOUT_CHECK(setup.batch_size > 0 && setup.steps > 0 && setup.warmup >= 0,
+               "benchmark sizes must be positive");
+  // Synthetic tokens (all counted): the timing does not depend on their values.
+  int64_t n = setup.batch_size * setup.seq_len;
+  std::vector<int32_t> inputs(n), targets(n);
+  std::mt19937_64 rng(1);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(config.vocab_size) - 1);
+  for (int64_t i = 0; i < n; ++i) inputs[i] = tok(rng), targets[i] = tok(rng);
+  parallel::HostBatch batch{setup.batch_size, setup.seq_len, inputs.data(), targets.data()};
+
+  parallel::DataParallelOptions options;
+  options.device_ids = setup.devices;
+  options.strategy = mode.strategy;
+  options.loss_on = mode.loss_on;
+  options.overlap = mode.overlap;
+  options.bucket_mb = setup.bucket_mb;
+  const std::vector<Device>& ids = setup.devices;
+  std::map<std::pair<int, int>, Device> distinct;
+  for (const Device& d : ids) distinct.emplace(std::make_pair(int(d.kind), d.index), d);
+  BenchResult result;
+  result.mode = mode.name;
+  result.devices = devices_str(ids);
+  {
+    auto factory = [&](Device d, int i) {
+      auto m = std::make_unique<models::LlamaModel>(config, d,
+                                                    parallel::replica_lane(ids, i, "compute"));
+      if (i == 0) m->init_random(1);
+      return m;
+    };
+    parallel::DataParallel dp(factory, options, cross_entropy_loss_functions());
+    ops::AdamWConfig adam;
+    Optimizer opt(dp, decay_runs(models::LlamaLayout(config)), adam);
+    double elapsed = 0;
+    parallel::PhaseTimes total;
+    for (int s = 0; s < setup.warmup + setup.steps; ++s) {
+      if (s == setup.warmup) {
+        for (auto& [key, d] : distinct) allocator_for(d).reset_peak();
+      }
+      dp.reset_times();
+      auto t0 = Clock::now();
+      dp.zero_grad();
+      parallel::LossStats st = dp.forward_backward(batch, models::kIgnoreIndex, n);
+      dp.reduce_gradients();
+      opt.step(s + 1, adam.lr, 1.0);
+      double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      result.last_loss = st.loss_sum / st.count;
+      if (s >= setup.warmup) elapsed += secs, total += dp.last_times();
+    }
+    result.step_s = elapsed / setup.steps;
+    result.tokens_per_s = static_cast<double>(n) * setup.steps / elapsed;
+    result.phases = scaled(total, 1.0 / setup.steps);
+    for (auto& [key, d] : distinct) {
+      result.peaks.push_back({d.str(), allocator_for(d).stats().total.peak});
+    }
+  }
+  return result;
+}
+
+std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& c, Device device, int64_t batch,
+                                  int64_t seq_len, int repeats) {
+  Stream s(device, device.str() + " bench");
+  int64_t N = batch * seq_len, C = c.hidden_size;
+  auto make = [&](int64_t numel) {
+    Tensor t = Tensor::empty({numel}, DType::f32, device);
+    flat_fill(s, t, 0.01f);
+    return t;
+  };
+  auto time = [&](const std::function<void()>& fn) {
+    fn();  // warm-up
+    s.synchronize();
+    auto t0 = Clock::now();
+    for (int r = 0; r < repeats; ++r) fn();
+    s.synchronize();
+    return std::chrono::duration<double>(Clock::now() - t0).count() / repeats;
+  };
+  std::vector<OpBenchRow> rows;
+  struct Shape {
+    const char* what;
+    int64_t in, out;
+  };
+  const Shape shapes[] = {{"q_proj", C, c.num_attention_heads * c.head_dim},
+                          {"gate_proj", C, c.intermediate_size},
+                          {"down_proj", c.intermediate_size, C},
+                          {"lm_head", C, c.vocab_size}};
+  for (const Shape& sh : shapes) {
+    Tensor x = make(N * sh.in), w = make(sh.out * sh.in), y = make(N * sh.out);
+    Tensor dx = make(N * sh.in), dw = make(sh.out * sh.in);
+    std::ostringstream shape;
+    shape << N << "x" << sh.in << " . " << sh.in << "x" << sh.out << " (" << sh.what << ")";
+    double flop = 2.0 * N * sh.in * sh.out / 1e9;
+    rows.push_back({"matmul forward", shape.str(), flop,
+                    time([&] { ops::matmul_forward(s, y, x, w, N, sh.in, sh.out); })});
+    rows.push_back({"matmul backward", shape.str(), 2 * flop,
+                    time([&] { ops::matmul_backward(s, dx, dw, y, x, w, N, sh.in, sh.out); })});
+  }
+  int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
+  Tensor q = make(N * H * D), k = make(N * KV * D), v = make(N * KV * D), o = make(N * H * D);
+  Tensor lse = make(batch * H * seq_len), dq = make(N * H * D), dk = make(N * KV * D),
+         dv = make(N * KV * D);
+  std::ostringstream shape;
+  shape << "B=" << batch << " T=" << seq_len << " H=" << H << " KV=" << KV << " D=" << D;
+  // Causal: half of the T x T scores, two GEMM-like products (QK^T, PV).
+  double flop = 2.0 * batch * H * seq_len * seq_len * D / 1e9;
+  rows.push_back({"attention forward", shape.str(), flop, time([&] {
+                    ops::attention_forward(s, o, lse, q, k, v, batch, seq_len, seq_len, H, KV, D);
+                  })});
+  rows.push_back({"attention backward", shape.str(), 2.5 * flop, time([&] {
+                    ops::attention_backward(s, dq, dk, dv, o, q, k, v, o, lse, batch, seq_len, H,
+                                            KV, D);
+                  })});
+  return rows;
+}
+
+}  // namespace fanout::train
