@@ -11,22 +11,29 @@ namespace fanout::models {
 
 namespace fs = std::filesystem;
 
+void llama_write_weights(const LlamaConfig& config, const std::vector<float>& params,
+                         const std::string& path, bool bf16) {
+  LlamaLayout layout(config);
+  FANOUT_ASSERT(static_cast<int64_t>(params.size()) == layout.total(), "parameter count");
+  std::vector<uint16_t> half;
+  if (bf16) {
+    half.resize(params.size());
+    for (size_t i = 0; i < params.size(); ++i) half[i] = float_to_bf16(params[i]);
+  }
+  std::vector<SafetensorsTensor> tensors;
+  for (const ParamInfo& p : layout.params()) {
+    const void* data = bf16 ? static_cast<const void*>(half.data() + p.offset)
+                            : static_cast<const void*>(params.data() + p.offset);
+    tensors.push_back({p.name, bf16 ? DType::bf16 : DType::f32, p.shape, data});
+  }
+  safetensors_write(path, tensors, {{"format", "pt"}});
+}
+
 void llama_save(LlamaModel& model, const std::string& dir, bool bf16) {
   std::vector<float> host(static_cast<size_t>(model.layout().total()));
   tensor_to_host(model.compute_stream(), model.params(), host.data());
-  std::vector<uint16_t> half;
-  if (bf16) {
-    half.resize(host.size());
-    for (size_t i = 0; i < host.size(); ++i) half[i] = float_to_bf16(host[i]);
-  }
-  std::vector<SafetensorsTensor> tensors;
-  for (const ParamInfo& p : model.layout().params()) {
-    const void* data = bf16 ? static_cast<const void*>(half.data() + p.offset)
-                            : static_cast<const void*>(host.data() + p.offset);
-    tensors.push_back({p.name, bf16 ? DType::bf16 : DType::f32, p.shape, data});
-  }
   llama_config_save(model.config(), (fs::path(dir) / "config.json").string());
-  safetensors_write((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  llama_write_weights(model.config(), host, (fs::path(dir) / "model.safetensors").string(), bf16);
 }
 
 LlamaConfig llama_load_config(const std::string& dir) {
@@ -36,29 +43,36 @@ LlamaConfig llama_load_config(const std::string& dir) {
   return llama_config_load(cfg.string());
 }
 
-void llama_load_weights(LlamaModel& model, const std::string& dir) {
-  fs::path path = fs::path(dir) / "model.safetensors";
-  FANOUT_CHECK(fs::exists(path), "checkpoint '", dir, "' has no model.safetensors");
-  SafetensorsFile file = SafetensorsFile::open(path.string());
-  const LlamaLayout& layout = model.layout();
+void llama_read_weights(const LlamaConfig& config, const std::string& path,
+                        std::vector<float>& params) {
+  FANOUT_CHECK(fs::exists(path), path, ": no such file");
+  SafetensorsFile file = SafetensorsFile::open(path);
+  LlamaLayout layout(config);
   std::set<std::string> expected;
   for (const ParamInfo& p : layout.params()) expected.insert(p.name);
   for (const SafetensorsEntry& e : file.entries()) {
     if (expected.count(e.name)) continue;
     // HF may store a tied lm_head, and old checkpoints carry RoPE buffers.
-    bool tolerated = (e.name == "lm_head.weight" && model.config().tie_word_embeddings) ||
+    bool tolerated = (e.name == "lm_head.weight" && config.tie_word_embeddings) ||
                      e.name.find("rotary_emb.inv_freq") != std::string::npos;
-    FANOUT_CHECK(tolerated, path.string(), ": unexpected tensor ", e.name,
+    FANOUT_CHECK(tolerated, path, ": unexpected tensor ", e.name,
                  " (not part of this config's model)");
   }
-  std::vector<float> host(static_cast<size_t>(layout.total()));
+  params.assign(static_cast<size_t>(layout.total()), 0.0f);
   for (const ParamInfo& p : layout.params()) {
     const SafetensorsEntry* e = file.find(p.name);
-    FANOUT_CHECK(e != nullptr, path.string(), ": missing tensor ", p.name);
-    FANOUT_CHECK(e->shape == p.shape, path.string(), ": tensor ", p.name, " has shape ",
-                 shape_str(e->shape), ", expected ", shape_str(p.shape), " for this config");
-    file.read_f32(p.name, host.data() + p.offset, p.numel);
+    FANOUT_CHECK(e != nullptr, path, ": missing tensor ", p.name);
+    FANOUT_CHECK(e->shape == p.shape, path, ": tensor ", p.name, " has shape ", shape_str(e->shape),
+                 ", expected ", shape_str(p.shape), " for this config");
+    file.read_f32(p.name, params.data() + p.offset, p.numel);
   }
+}
+
+void llama_load_weights(LlamaModel& model, const std::string& dir) {
+  fs::path path = fs::path(dir) / "model.safetensors";
+  FANOUT_CHECK(fs::exists(path), "checkpoint '", dir, "' has no model.safetensors");
+  std::vector<float> host;
+  llama_read_weights(model.config(), path.string(), host);
   tensor_upload(model.compute_stream(), model.params(), host.data());
 }
 

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "models/llama_model.h"
 
@@ -12,6 +13,14 @@ namespace fanout::models {
 
 // Writes DIR/config.json and DIR/model.safetensors (DIR must exist).
 void llama_save(LlamaModel& model, const std::string& dir, bool bf16 = false);
+
+// The same from host memory: `params` in flat layout order, written with HF names.
+void llama_write_weights(const LlamaConfig& config, const std::vector<float>& params,
+                         const std::string& path, bool bf16 = false);
+// `path` (a model.safetensors) into `params` (flat layout order), validating every
+// name and shape against the config.
+void llama_read_weights(const LlamaConfig& config, const std::string& path,
+                        std::vector<float>& params);
 
 // DIR/config.json; errors name the directory.
 LlamaConfig llama_load_config(const std::string& dir);
