@@ -70,7 +70,8 @@ int run_generate(const GenerateArgs& a) {
   FANOUT_CHECK(a.prompt.empty() != a.prompt_ids.empty(),
                "give exactly one of --prompt and --prompt-ids");
   FANOUT_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must not be negative");
-  FANOUT_CHECK(a.temperature >= 0, "--temperature must not be negative");
+  FANOUT_CHECK(std::isfinite(a.temperature) && a.temperature >= 0,
+               "--temperature must be a finite number >= 0, got ", a.temperature);
   FANOUT_CHECK(a.top_k >= 0, "--top-k must not be negative");
   Device device = device_parse(a.device);
   FANOUT_CHECK(!device.is_bare(), "--device needs an index, e.g. cpu:0");

@@ -54,6 +54,8 @@ int64_t DataLoader::window_of(int64_t epoch, int64_t index) const {
 }
 
 Batch DataLoader::batch_at(int64_t epoch, int64_t index) const {
+  FANOUT_CHECK(epoch >= 0 && index >= 0 && index < batches_, "batch ", index, " of epoch ", epoch,
+               " does not exist (", batches_, " batches per epoch)");
   Batch b;
   b.B = B_, b.T = T_;
   b.inputs.resize(B_ * T_);

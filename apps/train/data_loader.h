@@ -28,8 +28,10 @@ struct LoaderState {
 
 class DataLoader {
  public:
+  // `data` must outlive the loader.
   DataLoader(const TokenData& data, int64_t B, int64_t T, bool packing, bool shuffle, uint64_t seed,
              int32_t ignore_index);
+  DataLoader(TokenData&&, int64_t, int64_t, bool, bool, uint64_t, int32_t) = delete;
 
   int64_t batches_per_epoch() const { return batches_; }
   Batch next();

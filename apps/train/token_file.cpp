@@ -101,8 +101,12 @@ void token_data_check_vocab(const TokenData& data, int64_t vocab_size) {
 }
 
 void token_file_write_bin(const std::string& path, const std::vector<int32_t>& tokens) {
+  FANOUT_CHECK(tokens.size() <= 0x7fffffffu, path, ": too many tokens for one llm.c file");
   bool narrow = true;
-  for (int32_t t : tokens) narrow &= t >= 0 && t < 65536;
+  for (int32_t t : tokens) {
+    FANOUT_CHECK(t >= 0, path, ": cannot store the negative token id ", t);
+    narrow &= t < 65536;
+  }
   std::vector<int32_t> header(kHeaderInts, 0);
   header[0] = narrow ? kBinMagicU16 : kBinMagicU32;
   header[1] = narrow ? 1 : 7;

@@ -1,0 +1,193 @@
+// LlamaConfig: the presets of DESIGN.md §3, the HF config.json keys both ways,
+// and every unsupported or inconsistent setting refused with a message naming it.
+
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/check.h"
+#include "models/llama_config.h"
+
+using namespace fanout;
+using namespace fanout::models;
+using nlohmann::json;
+
+namespace {
+// The message of the fanout::Error `f` throws ("" if it throws none).
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// An HF-style config.json of the tiny preset.
+json tiny_json() {
+  return llama_config_to_json(llama_preset("tiny"));
+}
+
+std::string from_json_error(const json& j) {
+  return error_of([&] { llama_config_from_json(j, "cfg.json"); });
+}
+
+void check_refused(const json& j, const std::string& phrase) {
+  std::string msg = from_json_error(j);
+  INFO("message: " << msg);
+  CHECK(msg.find("cfg.json: ") == 0);
+  CHECK(msg.find(phrase) != std::string::npos);
+}
+}  // namespace
+
+TEST_CASE("presets match the DESIGN table") {
+  struct Row {
+    const char* name;
+    int64_t vocab, hidden, inter, layers, heads, kv, max_pos;
+  };
+  for (Row r :
+       {Row{"tiny", 259, 128, 384, 4, 4, 2, 1024}, Row{"small", 8192, 384, 1024, 6, 6, 2, 2048},
+        Row{"seed", 50000, 768, 3072, 12, 12, 3, 2048}}) {
+    CAPTURE(r.name);
+    LlamaConfig c = llama_preset(r.name);
+    CHECK(c.vocab_size == r.vocab);
+    CHECK(c.hidden_size == r.hidden);
+    CHECK(c.intermediate_size == r.inter);
+    CHECK(c.num_hidden_layers == r.layers);
+    CHECK(c.num_attention_heads == r.heads);
+    CHECK(c.num_key_value_heads == r.kv);
+    CHECK(c.head_dim == r.hidden / r.heads);
+    CHECK(c.max_position_embeddings == r.max_pos);
+    CHECK(c.rms_norm_eps == 1e-5);
+    CHECK(c.rope_theta == 10000.0);
+    CHECK_FALSE(c.tie_word_embeddings);
+    CHECK_NOTHROW(c.validate());
+  }
+  LlamaConfig tiny = llama_preset("tiny");  // the byte tokenizer's ids
+  CHECK(tiny.bos_token_id == 256);
+  CHECK(tiny.eos_token_id == 257);
+  CHECK(tiny.pad_token_id == 258);
+  CHECK(llama_preset_names() == std::vector<std::string>{"tiny", "small", "seed"});
+}
+
+TEST_CASE("an unknown preset name is refused listing the presets") {
+  std::string msg = error_of([] { llama_preset("huge"); });
+  CHECK(msg.find("unknown preset 'huge'") != std::string::npos);
+  CHECK(msg.find("tiny, small or seed") != std::string::npos);
+}
+
+TEST_CASE("configs round trip through HF JSON") {
+  for (const std::string& name : llama_preset_names()) {
+    CAPTURE(name);
+    LlamaConfig c = llama_preset(name);
+    c.tie_word_embeddings = name == "small";
+    c.rope_theta = 500000.0;
+    c.rms_norm_eps = 1e-6;
+    c.head_dim = c.hidden_size / c.num_attention_heads * 2;  // not the default
+    json j = llama_config_to_json(c);
+    CHECK(j["model_type"] == "llama");
+    CHECK(j["architectures"] == json::array({"LlamaForCausalLM"}));
+    LlamaConfig back = llama_config_from_json(json::parse(j.dump()), "cfg.json");
+    CHECK(llama_config_to_json(back) == j);
+    CHECK(back.head_dim == c.head_dim);
+    CHECK(back.tie_word_embeddings == c.tie_word_embeddings);
+    CHECK(back.rope_theta == c.rope_theta);
+    CHECK(back.bos_token_id == c.bos_token_id);
+    CHECK(back.num_parameters() == c.num_parameters());
+  }
+}
+
+TEST_CASE("rope_parameters.rope_theta is read when rope_theta is absent") {
+  json j = tiny_json();
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+  CHECK(llama_config_from_json(j, "cfg.json").rope_theta == 500000.0);
+  j["rope_parameters"]["rope_type"] = "yarn";
+  check_refused(j, "rope_parameters.rope_type \"yarn\" is not supported");
+}
+
+TEST_CASE("absent optional keys take HF defaults") {
+  json j = {{"vocab_size", 100},
+            {"hidden_size", 64},
+            {"intermediate_size", 96},
+            {"num_hidden_layers", 2},
+            {"num_attention_heads", 4}};
+  LlamaConfig c = llama_config_from_json(j, "cfg.json");
+  CHECK(c.head_dim == 16);  // hidden / heads
+  CHECK(c.num_key_value_heads == 4);
+  CHECK(c.max_position_embeddings == 2048);
+  CHECK(c.rms_norm_eps == 1e-6);
+  CHECK(c.rope_theta == 10000.0);
+  CHECK_FALSE(c.tie_word_embeddings);
+  CHECK(c.bos_token_id == -1);
+  j["hidden_size"] = 66;  // not a multiple of 4 heads, and no head_dim
+  check_refused(j, "hidden_size must be a multiple of num_attention_heads");
+  j["head_dim"] = 8;
+  CHECK(llama_config_from_json(j, "cfg.json").head_dim == 8);
+}
+
+TEST_CASE("unsupported settings are refused naming them") {
+  json j = tiny_json();
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  check_refused(j, "rope_scaling is not supported");
+  j = tiny_json();
+  j["attention_bias"] = true;
+  check_refused(j, "attention_bias is not supported");
+  j = tiny_json();
+  j["mlp_bias"] = true;
+  check_refused(j, "mlp_bias is not supported");
+  j = tiny_json();
+  j["hidden_act"] = "gelu";
+  check_refused(j, "hidden_act \"gelu\" is not supported");
+  j = tiny_json();
+  j["model_type"] = "mistral";
+  check_refused(j, "model_type \"mistral\" is not supported");
+  j = tiny_json();  // the explicit "no" values are fine
+  j["rope_scaling"] = nullptr;
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  CHECK_NOTHROW(llama_config_from_json(j, "cfg.json"));
+}
+
+TEST_CASE("missing keys and wrong types are refused naming the key") {
+  json j = tiny_json();
+  j.erase("num_hidden_layers");
+  check_refused(j, "missing required key \"num_hidden_layers\"");
+  j = tiny_json();
+  j["vocab_size"] = "259";
+  check_refused(j, "\"vocab_size\" must be an integer");
+  j = tiny_json();
+  j["rms_norm_eps"] = "small";
+  check_refused(j, "\"rms_norm_eps\" must be a number");
+  j = tiny_json();
+  j["tie_word_embeddings"] = 1;
+  check_refused(j, "tie_word_embeddings must be true or false");
+  check_refused(json::array({1, 2}), "expected a JSON object");
+}
+
+TEST_CASE("inconsistent values are refused naming the field") {
+  json j = tiny_json();
+  j["num_attention_heads"] = 6;  // kv heads 2 divide it; make kv 4
+  j["num_key_value_heads"] = 4;
+  check_refused(j, "num_attention_heads (6) must be a multiple of num_key_value_heads (4)");
+  j = tiny_json();
+  j["head_dim"] = 31;
+  check_refused(j, "head_dim must be even for RoPE, got 31");
+  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_key_value_heads", "max_position_embeddings"}) {
+    CAPTURE(key);
+    j = tiny_json();
+    j[key] = -8;
+    check_refused(j, std::string(key) + " must be positive, got -8");
+  }
+  j = tiny_json();
+  j["rms_norm_eps"] = 0.0;
+  check_refused(j, "rms_norm_eps must be positive");
+  j = tiny_json();
+  j["rope_theta"] = -1.0;
+  check_refused(j, "rope_theta must be positive");
+  LlamaConfig c = llama_preset("tiny");
+  c.num_hidden_layers = 0;
+  CHECK(error_of([&] { c.validate("mine"); }) == "mine: num_hidden_layers must be positive, got 0");
+}
