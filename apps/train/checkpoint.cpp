@@ -1,0 +1,501 @@
+#include "apps/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "engine/core/check.h"
+#include "models/llama_checkpoint.h"
+#include "models/llama_layout.h"
+#include "models/safetensors.h"
+
+namespace fanout::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Note [Atomic checkpoint directory]
+// checkpoint_write(DIR):
+//   1. Removes stale siblings DIR.tmp-<pid>-<n> whose writer is gone.
+//   2. Writes every file into a fresh DIR.tmp-<pid>-<n>, trainer_state.json last,
+//      fsyncs each file and then the directory.
+//   3. Puts it in place: a plain rename if DIR does not exist; otherwise an atomic
+//      swap (renameat2 RENAME_EXCHANGE), after which the temporary name holds the
+//      old checkpoint and is removed. Where the filesystem cannot swap, DIR is first
+//      renamed aside to DIR.old-<pid>-<n>; a crash between the two renames leaves
+//      that complete old copy, which checkpoint_read and checkpoint_find_last fall
+//      back to and the next write removes.
+//   4. fsyncs the parent so the renames themselves survive a power cut.
+// So DIR is at every moment absent, the old complete checkpoint or the new one.
+// Readers never look at DIR.tmp-*, and a directory without trainer_state.json is
+// never taken for a checkpoint.
+//
+// trainer_state.json (version 1):
+//   {"version": 1, "step": S, "data": {"epoch": E, "index": I}, "seed": U,
+//    "tokens_seen": N, "flags": {...}}
+// S, E, I, N are non-negative integers, U an unsigned 64-bit integer, flags an object.
+
+namespace {
+
+constexpr const char* kConfigFile = "config.json";
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kOptimizerFormat = "fanout-adamw";
+constexpr const char* kTempTag = ".tmp-";
+constexpr const char* kAsideTag = ".old-";
+constexpr int64_t kStateVersion = 1;
+
+// The two AdamW moments as optimizer.safetensors names them.
+struct Moment {
+  const char* prefix;
+  std::vector<float> Checkpoint::*values;
+};
+const Moment kMoments[] = {{"exp_avg.", &Checkpoint::exp_avg},
+                           {"exp_avg_sq.", &Checkpoint::exp_avg_sq}};
+
+std::atomic<uint64_t> temp_counter{0};
+
+// `dir` without a trailing separator, so that siblings can be named after it.
+fs::path dir_normal(const std::string& dir) {
+  fs::path p = fs::path(dir).lexically_normal();
+  if (p.filename().empty() && p.has_parent_path()) p = p.parent_path();
+  return p;
+}
+
+fs::path dir_parent(const fs::path& dir) {
+  return dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+}
+
+// Runs fn; a fanout::Error it throws comes out as "checkpoint <shown>: <message>",
+// with the path of `actual` dropped from the front of the message.
+template <typename Fn>
+auto in_checkpoint(const fs::path& shown, const fs::path& actual, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    const std::string prefix = (actual / "").string();
+    if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
+    throw Error("checkpoint " + shown.string() + ": " + msg);
+  } catch (const fs::filesystem_error& e) {
+    throw Error("checkpoint " + shown.string() + ": " + e.what());
+  }
+}
+
+// --- files --------------------------------------------------------------------
+
+void fd_write_all(int fd, const std::string& text, const fs::path& path) {
+  const char* p = text.data();
+  size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    FANOUT_CHECK(n > 0, path.string(), ": cannot write: ", std::strerror(errno));
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+void file_write_synced(const fs::path& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  FANOUT_CHECK(fd >= 0, path.string(), ": cannot create: ", std::strerror(errno));
+  try {
+    fd_write_all(fd, text, path);
+    FANOUT_CHECK(::fsync(fd) == 0, path.string(), ": cannot fsync: ", std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  FANOUT_CHECK(::close(fd) == 0, path.string(), ": cannot close: ", std::strerror(errno));
+}
+
+// fsync of an existing file or directory.
+void path_sync(const fs::path& path, bool directory) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  FANOUT_CHECK(fd >= 0, path.string(), ": cannot open to fsync: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  FANOUT_CHECK(rc == 0, path.string(), ": cannot fsync: ", std::strerror(err));
+}
+
+void path_rename(const fs::path& from, const fs::path& to) {
+  FANOUT_CHECK(std::rename(from.c_str(), to.c_str()) == 0, "cannot rename ", from.string(), " to ",
+               to.string(), ": ", std::strerror(errno));
+}
+
+// Swaps two directory entries atomically; false where the filesystem cannot.
+bool path_exchange(const fs::path& a, const fs::path& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  const int err = errno;
+  FANOUT_CHECK(err == EINVAL || err == ENOSYS || err == ENOTSUP, "cannot swap ", a.string(),
+               " and ", b.string(), ": ", std::strerror(err));
+  return false;
+}
+
+std::string file_read(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  FANOUT_CHECK(in.good(), path.string(), ": cannot open: ", std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  FANOUT_CHECK(!in.bad(), path.string(), ": cannot read");
+  return text.str();
+}
+
+// --- sibling directories --------------------------------------------------------
+
+// Whether `name` is `base` + tag + "<pid>-<n>"; sets pid.
+bool sibling_parse(const std::string& name, const std::string& base, const char* tag, long& pid) {
+  const std::string prefix = base + tag;
+  if (name.size() <= prefix.size() || name.rfind(prefix, 0) != 0) return false;
+  const char* first = name.data() + prefix.size();
+  const char* last = name.data() + name.size();
+  auto [end, ec] = std::from_chars(first, last, pid);
+  if (ec != std::errc() || end == first) pid = -1;  // not ours, but still a leftover
+  return true;
+}
+
+// Another live process may still be writing through its temporary directory.
+bool writer_alive(long pid) {
+  if (pid <= 0 || pid == static_cast<long>(::getpid())) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+// Removes DIR<tag>* left by writers that are gone (best effort: readers ignore them).
+void siblings_remove(const fs::path& dir, const char* tag) {
+  std::error_code ec;
+  const std::string base = dir.filename().string();
+  std::vector<fs::path> stale;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_parent(dir), ec)) {
+    long pid = -1;
+    if (sibling_parse(e.path().filename().string(), base, tag, pid) && !writer_alive(pid)) {
+      stale.push_back(e.path());
+    }
+  }
+  for (const fs::path& p : stale) fs::remove_all(p, ec);
+}
+
+bool checkpoint_complete(const fs::path& dir) {
+  std::error_code ec;
+  return fs::is_directory(dir, ec) && fs::is_regular_file(dir / kStateFile, ec);
+}
+
+// DIR, or where it is missing, a complete copy renamed aside by an interrupted write.
+fs::path dir_resolve(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(dir, ec))) return dir;
+  const std::string base = dir.filename().string();
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_parent(dir), ec)) {
+    long pid = -1;
+    if (sibling_parse(e.path().filename().string(), base, kAsideTag, pid) &&
+        checkpoint_complete(e.path())) {
+      return e.path();
+    }
+  }
+  return dir;
+}
+
+// An existing DIR is replaced only when it holds nothing a user could lose.
+void check_replaceable(const fs::path& dir) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(dir, ec);
+  if (!fs::exists(st)) return;
+  FANOUT_CHECK(fs::is_directory(st), "exists and is not a directory");
+  const std::set<std::string> ours = {kConfigFile, kModelFile, kOptimizerFile, kStateFile};
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.size() > 4 && name.ends_with(".tmp")) name.resize(name.size() - 4);
+    FANOUT_CHECK(ours.count(name), "exists and holds '", e.path().filename().string(),
+                 "', which is not a checkpoint file (refusing to replace it)");
+  }
+  FANOUT_CHECK(!ec, "cannot list the existing directory: ", ec.message());
+}
+
+// --- trainer_state.json -----------------------------------------------------------
+
+json state_to_json(const TrainerState& s) {
+  json j = json::object();
+  j["version"] = kStateVersion;
+  j["step"] = s.step;
+  j["data"] = {{"epoch", s.data.epoch}, {"index", s.data.index}};
+  j["seed"] = s.seed;
+  j["tokens_seen"] = s.tokens_seen;
+  j["flags"] = s.flags;
+  return j;
+}
+
+void state_check(const TrainerState& s) {
+  FANOUT_CHECK(s.step >= 0, "step is negative (", s.step, ")");
+  FANOUT_CHECK(s.data.epoch >= 0 && s.data.index >= 0, "data position (epoch ", s.data.epoch,
+               ", index ", s.data.index, ") is negative");
+  FANOUT_CHECK(s.tokens_seen >= 0, "tokens_seen is negative (", s.tokens_seen, ")");
+  FANOUT_CHECK(s.flags.is_object(), "flags must be a JSON object, got ", s.flags.type_name());
+}
+
+const json& state_key(const json& j, const char* key, const std::string& name) {
+  FANOUT_CHECK(j.contains(key), kStateFile, ": missing key \"", name, "\"");
+  return j[key];
+}
+
+// A non-negative integer that fits int64.
+int64_t state_count(const json& j, const char* key, const std::string& name) {
+  const json& v = state_key(j, key, name);
+  FANOUT_CHECK(v.is_number_integer(), kStateFile, ": \"", name, "\" must be an integer, got ",
+               v.is_primitive() ? v.dump() : std::string(v.type_name()));
+  if (v.is_number_unsigned()) {
+    FANOUT_CHECK(v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+                 kStateFile, ": \"", name, "\" is out of range (", v.dump(), ")");
+  }
+  const int64_t n = v.get<int64_t>();
+  FANOUT_CHECK(n >= 0, kStateFile, ": \"", name, "\" is negative (", n, ")");
+  return n;
+}
+
+TrainerState state_from_text(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    std::string why = e.what();
+    if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
+    detail::throw_error(detail::str_cat(kStateFile, " is not valid JSON: ", why));
+  }
+  FANOUT_CHECK(j.is_object(), kStateFile, ": expected a JSON object, got ", j.type_name());
+  const json& version = state_key(j, "version", "version");
+  FANOUT_CHECK(version.is_number_integer() && version.get<int64_t>() == kStateVersion, kStateFile,
+               ": version ", version.dump(), " is not supported (this build reads ", kStateVersion,
+               ")");
+  TrainerState s;
+  s.step = state_count(j, "step", "step");
+  const json& data = state_key(j, "data", "data");
+  FANOUT_CHECK(data.is_object(), kStateFile, ": \"data\" must be an object, got ",
+               data.type_name());
+  s.data.epoch = state_count(data, "epoch", "data.epoch");
+  s.data.index = state_count(data, "index", "data.index");
+  const json& seed = state_key(j, "seed", "seed");
+  FANOUT_CHECK(seed.is_number_unsigned(), kStateFile,
+               ": \"seed\" must be a non-negative integer, got ", seed.dump());
+  s.seed = seed.get<uint64_t>();
+  s.tokens_seen = state_count(j, "tokens_seen", "tokens_seen");
+  s.flags = state_key(j, "flags", "flags");
+  FANOUT_CHECK(s.flags.is_object(), kStateFile, ": \"flags\" must be an object, got ",
+               s.flags.type_name());
+  return s;
+}
+
+// --- optimizer.safetensors ------------------------------------------------------
+
+void optimizer_write(const models::LlamaConfig& config, const Checkpoint& ckpt,
+                     const fs::path& path) {
+  models::LlamaLayout layout(config);
+  std::vector<models::SafetensorsTensor> tensors;
+  for (const Moment& m : kMoments) {
+    const float* data = (ckpt.*m.values).data();
+    for (const models::ParamInfo& p : layout.params()) {
+      tensors.push_back({m.prefix + p.name, DType::f32, p.shape, data + p.offset});
+    }
+  }
+  models::safetensors_write(path.string(), tensors, {{"format", kOptimizerFormat}});
+}
+
+void optimizer_read(const models::LlamaConfig& config, const fs::path& path, Checkpoint& ckpt) {
+  const std::string where = path.string();
+  models::SafetensorsFile file = models::SafetensorsFile::open(where);
+  auto format = file.metadata().find("format");
+  const std::string found = format == file.metadata().end() ? "" : format->second;
+  FANOUT_CHECK(found == kOptimizerFormat, where,
+               ": not a fanout AdamW state (__metadata__ format '", found, "', expected '",
+               kOptimizerFormat, "')");
+  models::LlamaLayout layout(config);
+  std::set<std::string> expected;
+  for (const Moment& m : kMoments) {
+    for (const models::ParamInfo& p : layout.params()) expected.insert(m.prefix + p.name);
+  }
+  for (const models::SafetensorsEntry& e : file.entries()) {
+    FANOUT_CHECK(expected.count(e.name), where, ": unexpected tensor '", e.name,
+                 "' (not part of this config's model)");
+  }
+  for (const Moment& m : kMoments) {
+    std::vector<float>& values = ckpt.*m.values;
+    values.assign(static_cast<size_t>(layout.total()), 0.0f);
+    for (const models::ParamInfo& p : layout.params()) {
+      const std::string name = m.prefix + p.name;
+      const models::SafetensorsEntry* e = file.find(name);
+      FANOUT_CHECK(e != nullptr, where, ": missing tensor '", name, "'");
+      FANOUT_CHECK(e->shape == p.shape, where, ": tensor '", name, "' has shape ",
+                   shape_str(e->shape), ", expected ", shape_str(p.shape), " for this config");
+      FANOUT_CHECK(e->dtype == "F32", where, ": tensor '", name, "' is ", e->dtype,
+                   ", expected F32");
+      file.read_f32(name, values.data() + p.offset, p.numel);
+    }
+  }
+}
+
+// --- writing ------------------------------------------------------------------------
+
+void checkpoint_check(const Checkpoint& ckpt) {
+  ckpt.config.validate("config");
+  const size_t total = static_cast<size_t>(models::LlamaLayout(ckpt.config).total());
+  const std::pair<const char*, const std::vector<float>*> buffers[] = {
+      {"params", &ckpt.params}, {"exp_avg", &ckpt.exp_avg}, {"exp_avg_sq", &ckpt.exp_avg_sq}};
+  for (const auto& [name, values] : buffers) {
+    FANOUT_CHECK(values->size() == total, name, " has ", values->size(),
+                 " values, the config needs ", total);
+  }
+  state_check(ckpt.state);
+}
+
+// Every file of the checkpoint into the (existing, empty) directory `dir`, synced.
+void files_write(const fs::path& dir, const Checkpoint& ckpt) {
+  std::string state_text;
+  try {
+    state_text = state_to_json(ckpt.state).dump(2) + "\n";
+  } catch (const json::exception&) {
+    detail::throw_error("flags must be valid UTF-8");
+  }
+  models::llama_config_save(ckpt.config, (dir / kConfigFile).string());
+  path_sync(dir / kConfigFile, false);
+  models::llama_write_weights(ckpt.config, ckpt.params, (dir / kModelFile).string());
+  optimizer_write(ckpt.config, ckpt, dir / kOptimizerFile);
+  file_write_synced(dir / kStateFile, state_text);  // last: it marks the checkpoint complete
+  path_sync(dir, true);
+}
+
+// Puts the finished temporary directory `tmp` in place of `dir` (Note [Atomic checkpoint
+// directory], step 3).
+void dir_commit(const fs::path& tmp, const fs::path& dir, const std::string& tag) {
+  const fs::path parent = dir_parent(dir);
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(dir, ec))) {
+    path_rename(tmp, dir);
+    path_sync(parent, true);
+  } else if (path_exchange(tmp, dir)) {
+    path_sync(parent, true);
+    fs::remove_all(tmp, ec);  // now the old checkpoint; a leftover goes with the next write
+  } else {
+    const fs::path aside = dir.string() + kAsideTag + tag;
+    path_rename(dir, aside);
+    try {
+      path_rename(tmp, dir);
+    } catch (...) {
+      std::rename(aside.c_str(), dir.c_str());  // best effort: the old one back in place
+      throw;
+    }
+    path_sync(parent, true);
+    fs::remove_all(aside, ec);
+  }
+  siblings_remove(dir, kAsideTag);
+}
+
+}  // namespace
+
+// --- public ---------------------------------------------------------------------------
+
+void checkpoint_write(const std::string& dir_arg, const Checkpoint& ckpt) {
+  const fs::path dir = dir_normal(dir_arg);
+  in_checkpoint(dir, dir, [&] {
+    FANOUT_CHECK(!dir.filename().empty() && dir.filename() != "." && dir.filename() != "..",
+                 "not a usable directory name");
+    checkpoint_check(ckpt);
+    check_replaceable(dir);
+    std::error_code ec;
+    fs::create_directories(dir_parent(dir), ec);
+    FANOUT_CHECK(!ec, "cannot create the parent directory: ", ec.message());
+    siblings_remove(dir, kTempTag);
+
+    const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(temp_counter++);
+    const fs::path tmp = dir.string() + kTempTag + tag;
+    fs::remove_all(tmp, ec);
+    fs::create_directory(tmp, ec);
+    FANOUT_CHECK(!ec, "cannot create ", tmp.string(), ": ", ec.message());
+    try {
+      files_write(tmp, ckpt);
+      dir_commit(tmp, dir, tag);
+    } catch (...) {
+      std::error_code ignored;
+      fs::remove_all(tmp, ignored);
+      throw;
+    }
+  });
+}
+
+Checkpoint checkpoint_read(const std::string& dir_arg) {
+  const fs::path shown = dir_normal(dir_arg);
+  const fs::path dir = dir_resolve(shown);
+  return in_checkpoint(shown, dir, [&] {
+    std::error_code ec;
+    const fs::file_status st = fs::status(dir, ec);
+    FANOUT_CHECK(fs::exists(st), "no such directory");
+    FANOUT_CHECK(fs::is_directory(st), "not a directory");
+    for (const char* file : {kStateFile, kConfigFile, kModelFile, kOptimizerFile}) {
+      FANOUT_CHECK(fs::is_regular_file(dir / file, ec), "missing ", file,
+                   " (not a complete checkpoint)");
+    }
+    Checkpoint ckpt;
+    ckpt.state = state_from_text(file_read(dir / kStateFile));
+    ckpt.config = models::llama_config_load((dir / kConfigFile).string());
+    models::llama_read_weights(ckpt.config, (dir / kModelFile).string(), ckpt.params);
+    optimizer_read(ckpt.config, dir / kOptimizerFile, ckpt);
+    return ckpt;
+  });
+}
+
+std::string checkpoint_step_name(int64_t step) {
+  FANOUT_CHECK(step >= 0, "checkpoint step must be non-negative, got ", step);
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%06lld", static_cast<long long>(step));
+  return name;
+}
+
+std::string checkpoint_find_last(const std::string& out_dir) {
+  const fs::path out = dir_normal(out_dir);
+  std::error_code ec;
+  FANOUT_CHECK(fs::is_directory(out, ec), "no checkpoint found in ", out.string(),
+               " (no such directory)");
+  // Names of checkpoints, including those only present as a copy renamed aside.
+  std::set<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
+    std::string name = e.path().filename().string();
+    if (auto pos = name.find(kAsideTag); pos != std::string::npos) name.resize(pos);
+    if (name.find(kTempTag) == std::string::npos) names.insert(name);
+  }
+  std::string best;
+  int64_t best_step = -1;
+  for (const std::string& name : names) {
+    int64_t step = -1;
+    if (name.rfind("step-", 0) == 0 && name.size() > 5) {
+      const char* first = name.data() + 5;
+      const char* last = name.data() + name.size();
+      auto [end, err] = std::from_chars(first, last, step);
+      if (err != std::errc() || end != last || *first == '-' || *first == '+') continue;
+    } else if (name != "final") {
+      continue;
+    }
+    const fs::path dir = dir_resolve(out / name);
+    if (!checkpoint_complete(dir)) continue;
+    if (name == "final") {
+      step = in_checkpoint(out / name, dir,
+                           [&] { return state_from_text(file_read(dir / kStateFile)).step; });
+    }
+    if (step > best_step || (step == best_step && name == "final")) {
+      best_step = step;
+      best = (out / name).string();
+    }
+  }
+  FANOUT_CHECK(!best.empty(), "no checkpoint found in ", out.string());
+  return best;
+}
+
+}  // namespace fanout::train

@@ -1,0 +1,54 @@
+#pragma once
+// Training checkpoints: one directory holding config.json and model.safetensors
+// (a plain HF model directory), optimizer.safetensors (AdamW moments, whole and in
+// flat layout order, so a run resumes on any number of devices) and
+// trainer_state.json (step, data position, seed, flags). Writes are atomic: a
+// crash at any moment leaves the previous complete checkpoint or the new one.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/train/data_loader.h"
+#include "models/llama_config.h"
+
+namespace fanout::train {
+
+struct TrainerState {
+  int64_t step = 0;  // optimizer steps completed
+  LoaderState data;  // position of the next training batch
+  uint64_t seed = 0;
+  int64_t tokens_seen = 0;
+  nlohmann::json flags = nlohmann::json::object();  // the run's settings, stored verbatim
+};
+
+struct Checkpoint {
+  models::LlamaConfig config;
+  std::vector<float> params, exp_avg, exp_avg_sq;  // flat layout order (LlamaLayout), whole
+  TrainerState state;
+};
+
+// Writes the checkpoint directory `dir` (creating its parent if needed):
+//   config.json            HF Llama keys
+//   model.safetensors      HF names, F32
+//   optimizer.safetensors  "exp_avg.<hf name>" and "exp_avg_sq.<hf name>", F32,
+//                          __metadata__ {"format": "fanout-adamw"}
+//   trainer_state.json     see checkpoint.cpp for the schema
+// See Note [Atomic checkpoint directory] in checkpoint.cpp. An existing `dir` is
+// replaced only if it holds nothing but checkpoint files. Errors: "checkpoint <dir>: ...".
+void checkpoint_write(const std::string& dir, const Checkpoint& ckpt);
+
+// Reads and validates every file; throws fanout::Error "checkpoint <dir>: <problem>".
+Checkpoint checkpoint_read(const std::string& dir);
+
+// The directory name for step N: "step-000123".
+std::string checkpoint_step_name(int64_t step);
+
+// `--resume last`: the complete checkpoint (one with trainer_state.json) with the
+// highest step among OUT_DIR/step-N and OUT_DIR/final (final wins a tie); temporary
+// directories are ignored. Throws "no checkpoint found in <out_dir>" if there is none.
+std::string checkpoint_find_last(const std::string& out_dir);
+
+}  // namespace fanout::train
