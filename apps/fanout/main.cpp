@@ -16,10 +16,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("fanout ") + FANOUT_VERSION);
   app.require_subcommand(1);
   std::vector<app::Command> commands = {
-      app::add_devices_command(app),
-      app::add_eval_command(app),
-      app::add_generate_command(app),
-      app::add_bench_command(app),
+      app::add_train_command(app),    app::add_devices_command(app), app::add_eval_command(app),
+      app::add_generate_command(app), app::add_bench_command(app),
   };
   try {
     app.parse(argc, argv);

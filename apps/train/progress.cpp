@@ -1,0 +1,103 @@
+#include "apps/train/progress.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "engine/core/check.h"
+
+namespace fanout::train {
+
+namespace {
+std::string clock_str(double seconds) {
+  int64_t s = static_cast<int64_t>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
+                  static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(s / 60),
+                  static_cast<long long>(s % 60));
+  }
+  return buf;
+}
+}  // namespace
+
+Progress::Progress(int64_t total_steps, int64_t first_step, bool quiet)
+    : total_(total_steps),
+      first_(first_step),
+      tty_(isatty(fileno(stdout)) != 0),
+      quiet_(quiet),
+      start_(std::chrono::steady_clock::now()),
+      last_line_(start_) {}
+
+void Progress::clear_bar() {
+  if (bar_shown_) std::printf("\r\033[K");
+  bar_shown_ = false;
+}
+
+void Progress::step(const StepReport& r) {
+  if (quiet_) return;
+  auto now = std::chrono::steady_clock::now();
+  double elapsed = std::chrono::duration<double>(now - start_).count();
+  int64_t done = r.step - first_ + 1, left = total_ - r.step;
+  double eta = done > 0 ? elapsed / done * left : 0;
+  char stats[256];
+  std::snprintf(stats, sizeof stats, "step %lld/%lld | loss %.4f | %.0f tok/s | lr %.2e | ETA %s",
+                static_cast<long long>(r.step), static_cast<long long>(total_), r.loss,
+                r.tokens_per_s, r.lr, clock_str(eta).c_str());
+  if (tty_) {
+    const int width = 24;
+    int filled = static_cast<int>(width * r.step / std::max<int64_t>(total_, 1));
+    std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
+    std::printf("\r\033[K[%s] %s | %s", bar.c_str(), stats, r.memory.c_str());
+    std::fflush(stdout);
+    bar_shown_ = true;
+    return;
+  }
+  // Plain lines: the first steps, then about every 10 seconds, and the last.
+  bool due = r.step - first_ < 3 || r.step == total_ ||
+             std::chrono::duration<double>(now - last_line_).count() >= 10.0;
+  if (!due) return;
+  last_line_ = now;
+  std::printf("%s | %s\n", stats, r.memory.c_str());
+  std::fflush(stdout);
+}
+
+void Progress::message(const std::string& line) {
+  clear_bar();
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+void Progress::finish() {
+  if (bar_shown_) std::printf("\n");
+  bar_shown_ = false;
+  std::fflush(stdout);
+}
+
+MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(path) {
+  std::vector<std::string> kept;
+  {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() &&
+          j["step"].get<int64_t>() <= resume_step) {
+        kept.push_back(line);
+      }
+    }
+  }
+  std::ofstream out(path, std::ios::trunc);
+  FANOUT_CHECK(out.good(), "cannot write ", path);
+  for (const std::string& line : kept) out << line << "\n";
+}
+
+void MetricsLog::write(const nlohmann::json& line) {
+  std::ofstream out(path_, std::ios::app);
+  FANOUT_CHECK(out.good(), "cannot write ", path_);
+  out << line.dump() << "\n";
+}
+
+}  // namespace fanout::train

@@ -1,0 +1,49 @@
+#pragma once
+// What a training run shows and records: a progress bar on a terminal (step,
+// loss, tokens/s, lr, ETA, memory per device) or plain periodic lines when
+// stdout is not a terminal, and metrics.jsonl (one JSON object per line).
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fanout::train {
+
+struct StepReport {
+  int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
+  std::string memory;  // "cpu:0 58M cpu:1 48M"
+};
+
+class Progress {
+ public:
+  // quiet: print nothing but messages (for --json runs)
+  Progress(int64_t total_steps, int64_t first_step, bool quiet);
+  void step(const StepReport& r);
+  // A line of its own (the bar, if any, is redrawn below it).
+  void message(const std::string& line);
+  void finish();
+
+ private:
+  void clear_bar();
+  int64_t total_, first_;
+  bool tty_, quiet_, bar_shown_ = false;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_line_;
+};
+
+// metrics.jsonl in the run directory. On resume, lines past the resumed step
+// (written after the checkpoint by the interrupted run) are dropped first.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& path, int64_t resume_step);
+  void write(const nlohmann::json& line);
+
+ private:
+  std::string path_;
+};
+
+}  // namespace fanout::train

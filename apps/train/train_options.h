@@ -1,0 +1,51 @@
+#pragma once
+// Every setting of `fanout train`, with its default. The names are the flags'
+// names (a contract): they are stored verbatim in each checkpoint's
+// trainer_state.json, so a resumed run continues with the settings it started
+// with, except those given again on the command line.
+
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fanout::train {
+
+struct TrainOptions {
+  // model
+  std::string preset = "tiny", config, init;
+  // data
+  std::string data, val_data, packing = "on";
+  bool shuffle = false;
+  // devices and parallelism
+  std::string devices, output_device, strategy = "dp", loss_on = "replicas";
+  bool overlap = false;
+  double bucket_mb = 25.0;
+  // batch
+  int64_t batch_size = 16, seq_len = 0, grad_accum = 1;  // seq_len 0: the preset's
+  std::string micro_batch_sizes;
+  // optimisation
+  int64_t steps = 300, warmup = 30;
+  double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8,
+         clip = 1.0;
+  std::string schedule = "cosine", precision;  // precision "": fp32 on CPU, bf16 on CUDA
+  uint64_t seed = 1234;
+  // run
+  std::string out, resume, trace;
+  int64_t save_every = 100, eval_every = 100;
+  bool json = false;
+  // ddp (set by the launcher's environment)
+  double timeout = 300.0;
+};
+
+nlohmann::json train_options_to_json(const TrainOptions& o);
+// Takes every setting from `j` except the names in `keep` (flags the user gave
+// again); run-local settings (out, resume, trace, json, devices) are never taken.
+void train_options_merge(TrainOptions& o, const nlohmann::json& j,
+                         const std::set<std::string>& keep);
+
+// The preset's default sequence length (tiny 128, small 256, seed 512).
+int64_t preset_seq_len(const std::string& preset);
+
+}  // namespace fanout::train
