@@ -1,7 +1,8 @@
 #pragma once
-// CPU reference causal GQA attention (see ops/attention.h), templated on the scalar
-// so the tests can run it in double against finite differences. Instantiated for
-// float, double; scores, softmax and gradient sums accumulate in double.
+// CPU causal GQA attention (see ops/attention.h), templated on the scalar so the
+// tests can run it in double against finite differences. Instantiated for float,
+// double. Per (batch, head) panels of CBLAS GEMMs in the scalar type on strided head
+// views (Note [Attention as panels of GEMMs]); softmax row sums accumulate in double.
 
 #include <cstdint>
 
