@@ -35,18 +35,19 @@ Stream::~Stream() {
   }
 }
 
-void Stream::run(const std::function<void()>& fn, bool always) {
+void Stream::run(const std::function<void()>& fn, Kind kind) {
   {
     std::lock_guard<std::mutex> lock(error_mu_);
-    if (error_ && !always) return;
+    if (error_ && kind != Kind::marker) return;
   }
   try {
-    // Kernels run in the device's arena (Note [CPU device compute]); markers, which
-    // may block on other streams, run outside it so they never hold its threads.
-    if (always) {
-      fn();
-    } else {
+    // Kernels run in the device's arena (Note [CPU device compute]); markers and
+    // blocking host work, which wait on other streams or the network, run outside
+    // it so they never hold its threads.
+    if (kind == Kind::compute) {
       cpu_device_arena(device_.index).execute(fn);
+    } else {
+      fn();
     }
   } catch (...) {
     std::lock_guard<std::mutex> lock(error_mu_);
@@ -56,12 +57,17 @@ void Stream::run(const std::function<void()>& fn, bool always) {
 
 void Stream::enqueue(std::function<void()> fn) {
   FANOUT_ASSERT(worker_, "enqueue on CUDA stream ", name_, ": launch kernels on cuda_handle()");
-  worker_->post([this, fn = std::move(fn)] { run(fn, false); });
+  worker_->post([this, fn = std::move(fn)] { run(fn, Kind::compute); });
+}
+
+void Stream::enqueue_blocking(std::function<void()> fn) {
+  FANOUT_ASSERT(worker_, "enqueue_blocking on CUDA stream ", name_);
+  worker_->post([this, fn = std::move(fn)] { run(fn, Kind::blocking); });
 }
 
 void Stream::enqueue_marker(std::function<void()> fn) {
   FANOUT_ASSERT(worker_, "marker on CUDA stream ", name_);
-  worker_->post([this, fn = std::move(fn)] { run(fn, true); });
+  worker_->post([this, fn = std::move(fn)] { run(fn, Kind::marker); });
 }
 
 void Stream::synchronize() {

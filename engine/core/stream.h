@@ -30,8 +30,12 @@ class Stream {
   Device device() const { return device_; }
   const std::string& name() const { return name_; }
 
-  // CPU streams: run fn after everything queued before it.
+  // CPU streams: run fn after everything queued before it, in the device's
+  // compute arena (Note [CPU device compute]).
   void enqueue(std::function<void()> fn);
+  // The same for host work that blocks without computing (a network collective):
+  // it runs outside the arena, so the device's kernels on other streams go on.
+  void enqueue_blocking(std::function<void()> fn);
   // Waits for all queued work; rethrows the first error since the last synchronize.
   void synchronize();
   // cudaStream_t of a CUDA stream (nullptr for CPU streams).
@@ -41,7 +45,8 @@ class Stream {
   void enqueue_marker(std::function<void()> fn);
 
  private:
-  void run(const std::function<void()>& fn, bool always);
+  enum class Kind { compute, blocking, marker };
+  void run(const std::function<void()>& fn, Kind kind);
 
   Device device_;
   std::string name_;

@@ -50,6 +50,8 @@ DataParallel::DataParallel(const ReplicaFactory& factory, DataParallelOptions op
   }
   FANOUT_CHECK(options_.loss_on == LossOn::replicas || (loss_.forward && loss_.backward),
                "faithful dp (--loss-on output) needs the loss functions");
+  FANOUT_CHECK(!options_.process_group || options_.strategy == Strategy::dp,
+               "ddp sums whole gradients across processes: zero1 is single-process only");
   pool_ = std::make_unique<ThreadPool>(ids);
   for (int i = 0; i < n; ++i) {
     replicas_.push_back(factory(ids[i], i));
@@ -85,7 +87,7 @@ DataParallel::~DataParallel() {
 }
 
 std::vector<int64_t> DataParallel::split(int64_t rows) const {
-  FANOUT_CHECK(rows > 0, "a batch needs at least one row");
+  FANOUT_CHECK(rows >= 0, "a batch cannot have ", rows, " rows");
   int n = size();
   if (!options_.chunk_sizes.empty()) {
     int64_t sum =
@@ -171,6 +173,8 @@ LossStats DataParallel::forward_backward(const HostBatch& batch, int32_t ignore_
           collectives_->reduce_scatter(grads, comm, bounds_, b, e);
         } else {
           collectives_->reduce(grads, comm, 0, b, e);
+          // then across processes, in the same bucket order on every rank
+          if (options_.process_group) options_.process_group->all_reduce(grads[0], b, e, *comm[0]);
         }
       });
     }
@@ -323,6 +327,9 @@ void DataParallel::reduce_gradients() {
         collectives_->reduce_scatter(grad_buffers(), streams, bounds_, 0, P);
       } else {
         collectives_->reduce(grad_buffers(), streams, 0, 0, P);
+        if (options_.process_group) {
+          options_.process_group->all_reduce(primary().grads(), 0, P, *streams[0]);
+        }
       }
       for (Stream* s : streams) s->synchronize();
     }

@@ -23,6 +23,7 @@
 #include "engine/core/allocator.h"
 #include "engine/core/thread_pool.h"
 #include "engine/parallel/collectives.h"
+#include "engine/parallel/process_group.h"
 #include "engine/parallel/replica.h"
 
 namespace fanout::parallel {
@@ -38,6 +39,8 @@ struct DataParallelOptions {
   LossOn loss_on = LossOn::output;
   bool overlap = false;
   double bucket_mb = 25.0;
+  // ddp: gradients are also summed across processes (one replica per process).
+  ProcessGroup* process_group = nullptr;
   // Test hook, called on each replica's thread as a phase starts ("forward",
   // "backward"); throwing from it simulates a failing device.
   std::function<void(int replica, const std::string& phase)> fault_hook;

@@ -1,0 +1,178 @@
+// `fanout launch`: torchrun for fanout. Starts --nproc-per-node copies of this
+// binary with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT set, forwards Ctrl-C to them, and when one rank fails, says which
+// and stops the others — no orphans (children die with the launcher) and no
+// zombies (every child is waited for).
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/fanout/commands.h"
+#include "engine/core/check.h"
+
+namespace fanout::app {
+
+namespace {
+struct LaunchArgs {
+  int nproc = 1, nnodes = 1, node_rank = 0, port = 0;
+  std::string addr = "127.0.0.1";
+  double grace = 15.0;
+  std::vector<std::string> command;
+};
+
+std::atomic<int> g_signals{0};
+extern "C" void on_signal(int) { ++g_signals; }
+
+// A free TCP port on this machine (single-node runs without --master-port).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  FANOUT_CHECK(fd >= 0, "cannot create a socket: ", std::strerror(errno));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = 0;
+  socklen_t len = sizeof sa;
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0;
+  ::close(fd);
+  FANOUT_CHECK(ok, "cannot find a free port: ", std::strerror(errno));
+  return ntohs(sa.sin_port);
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  return "stopped";
+}
+
+int run_launch(LaunchArgs a) {
+  FANOUT_CHECK(a.nproc >= 1, "--nproc-per-node must be at least 1");
+  FANOUT_CHECK(a.nnodes >= 1, "--nnodes must be at least 1");
+  FANOUT_CHECK(a.node_rank >= 0 && a.node_rank < a.nnodes, "--node-rank must be in [0, --nnodes)");
+  FANOUT_CHECK(!a.command.empty(), "give the command to run after --, e.g. "
+                                   "fanout launch --nproc-per-node 2 -- train --strategy ddp");
+  if (a.port == 0) {
+    FANOUT_CHECK(a.nnodes == 1, "a multi-node launch needs --master-port (the same on every node)");
+    a.port = free_port();
+  }
+  FANOUT_CHECK(a.port > 0 && a.port < 65536, "--master-port ", a.port, " is not a port number");
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  FANOUT_CHECK(n > 0, "cannot find the fanout binary: ", std::strerror(errno));
+  self[n] = '\0';
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  int world = a.nproc * a.nnodes;
+  std::vector<pid_t> pids(a.nproc, -1);
+  std::vector<bool> alive(a.nproc, false);
+  for (int local = 0; local < a.nproc; ++local) {
+    int rank = a.node_rank * a.nproc + local;
+    pid_t pid = ::fork();
+    FANOUT_CHECK(pid >= 0, "cannot start rank ", rank, ": ", std::strerror(errno));
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphans if the launcher dies
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
+      setenv("MASTER_ADDR", a.addr.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(a.port).c_str(), 1);
+      std::vector<char*> argv{self};
+      for (std::string& s : a.command) argv.push_back(s.data());
+      argv.push_back(nullptr);
+      ::execv(self, argv.data());
+      std::fprintf(stderr, "fanout launch: cannot start rank %d: %s\n", rank, std::strerror(errno));
+      _exit(127);
+    }
+    pids[local] = pid;
+    alive[local] = true;
+  }
+
+  // Wait for every child; react to the first failure and to Ctrl-C.
+  using Clock = std::chrono::steady_clock;
+  int exit_code = 0, forwarded = 0, live = a.nproc;
+  bool stopping = false;
+  Clock::time_point kill_at = Clock::time_point::max();
+  auto signal_all = [&](int sig) {
+    for (int i = 0; i < a.nproc; ++i)
+      if (alive[i]) ::kill(pids[i], sig);
+  };
+  while (live > 0) {
+    int seen = g_signals.load();
+    if (seen > forwarded) {
+      // First Ctrl-C: the ranks finish their step and checkpoint; a second: kill.
+      signal_all(seen == 1 ? SIGINT : SIGKILL);
+      forwarded = seen;
+      if (exit_code == 0) exit_code = 130;
+      kill_at = std::min(kill_at, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(a.grace)));
+    }
+    if (Clock::now() >= kill_at) signal_all(SIGKILL);
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    int local = -1;
+    for (int i = 0; i < a.nproc; ++i)
+      if (pids[i] == pid) local = i;
+    if (local < 0) continue;
+    alive[local] = false;
+    --live;
+    bool ok = WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 130);
+    if (!ok && !stopping) {
+      int rank = a.node_rank * a.nproc + local;
+      std::fprintf(stderr, "fanout launch: rank %d %s; stopping the other ranks\n", rank,
+                   describe(status).c_str());
+      stopping = true;
+      exit_code = 1;
+      // The others notice through their collectives and say so themselves; any
+      // still running after the grace period are killed.
+      kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(a.grace));
+    }
+  }
+  return exit_code;
+}
+}  // namespace
+
+Command add_launch_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "launch", "Start one fanout process per device with torchrun's variables (ddp)");
+  auto a = std::make_shared<LaunchArgs>();
+  cmd->add_option("--nproc-per-node", a->nproc, "Processes on this node")->capture_default_str();
+  cmd->add_option("--nnodes", a->nnodes, "Nodes in the run")->capture_default_str();
+  cmd->add_option("--node-rank", a->node_rank, "This node's index")->capture_default_str();
+  cmd->add_option("--master-addr", a->addr, "Address of rank 0")->capture_default_str();
+  cmd->add_option("--master-port", a->port, "Port of rank 0 (default: a free one, single node)");
+  cmd->add_option("--grace", a->grace, "Seconds the ranks get to stop before they are killed")
+      ->capture_default_str();
+  cmd->add_option("command", a->command, "The fanout command each rank runs (after --)");
+  return [cmd, a]() -> int { return cmd->parsed() ? run_launch(*a) : -1; };
+}
+
+}  // namespace fanout::app

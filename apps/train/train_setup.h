@@ -1,0 +1,40 @@
+#pragma once
+// A training run's inputs, resolved and validated before anything is written:
+// the model config (preset, --config, --init or the resumed checkpoint), devices,
+// data, batch geometry, the ddp environment and the run directory.
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "apps/train/checkpoint.h"
+#include "apps/train/ddp_env.h"
+#include "apps/train/token_file.h"
+#include "apps/train/train_options.h"
+#include "engine/core/device.h"
+#include "models/llama_config.h"
+
+namespace fanout::train {
+
+// Everything a run needs, resolved and validated before any file is written.
+struct Setup {
+  TrainOptions o;
+  DdpEnv ddp;  // a world of one unless --strategy ddp
+  models::LlamaConfig config;
+  std::vector<Device> devices;
+  std::optional<Device> output_device;
+  std::vector<int64_t> chunk_sizes;
+  int64_t micro_rows = 0;
+  TokenData train_data, val_data;
+  bool has_val = false, embedded = false;
+  double unigram = 0;
+  std::optional<Checkpoint> resume;
+  std::string resume_dir;
+  std::vector<float> init_params;
+};
+
+// Throws fanout::Error for the first bad input; writes nothing.
+Setup train_prepare(TrainOptions options, const std::set<std::string>& given);
+
+}  // namespace fanout::train

@@ -1,0 +1,41 @@
+#pragma once
+// ProcessGroup: collectives across the processes of a multi-process (ddp) run,
+// one device per process — Gloo for CPU devices, NCCL for GPUs — set up through
+// the Rendezvous. A failed or timed-out collective throws fanout::Error that
+// names what the rendezvous knows: which rank died, or that none answered.
+
+#include <cstdint>
+#include <memory>
+
+#include "engine/core/stream.h"
+#include "engine/core/tensor.h"
+#include "engine/parallel/rendezvous.h"
+
+namespace fanout::parallel {
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+  virtual const char* name() const = 0;
+  int rank() const { return rendezvous_.rank(); }
+  int world() const { return rendezvous_.world(); }
+
+  // buf[begin, end) <- the sum over ranks, queued on `stream` (the buffer's device).
+  virtual void all_reduce(const Tensor& buf, int64_t begin, int64_t end, Stream& stream) = 0;
+  // buf <- rank root's values, queued on `stream`.
+  virtual void broadcast(const Tensor& buf, int root, Stream& stream) = 0;
+  // Host scalars: values[i] <- the sum over ranks, now.
+  virtual void all_reduce_host(double* values, int64_t n) = 0;
+
+ protected:
+  explicit ProcessGroup(Rendezvous& r) : rendezvous_(r) {}
+  Rendezvous& rendezvous_;
+};
+
+// Gloo over TCP for CPU devices; timeout_s bounds every collective.
+std::unique_ptr<ProcessGroup> make_gloo_group(Rendezvous& rendezvous, double timeout_s);
+// NCCL (ncclCommInitRank, the unique id through the rendezvous) for one GPU per
+// process; throws fanout::Error in builds without NCCL.
+std::unique_ptr<ProcessGroup> make_nccl_group(Rendezvous& rendezvous, Device device);
+
+}  // namespace fanout::parallel
