@@ -3,7 +3,12 @@
 // device), optionally as JSON. `fanout bench ops`: GFLOP/s of the CPU matmul and
 // attention kernels at a preset's shapes.
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -12,6 +17,7 @@
 
 #include "apps/fanout/commands.h"
 #include "apps/train/bench.h"
+#include "apps/train/ddp_env.h"
 #include "engine/core/check.h"
 #include "engine/core/trace.h"
 #include "models/llama_config.h"
@@ -54,6 +60,109 @@ void print_row(const train::BenchResult& r, double base) {
   std::printf("\n");
 }
 
+nlohmann::json result_json(const train::BenchResult& r) {
+  nlohmann::json peaks = nlohmann::json::array();
+  for (const auto& p : r.peaks) peaks.push_back({{"device", p.device}, {"bytes", p.peak_bytes}});
+  return {{"mode", r.mode},
+          {"devices", r.devices},
+          {"tokens_per_s", r.tokens_per_s},
+          {"step_s", r.step_s},
+          {"phases_s", phases_json(r.phases)},
+          {"peaks", peaks},
+          {"last_loss", r.last_loss}};
+}
+
+// The ddp row: `fanout launch` starts one bench-worker per device; each rank
+// writes its figures to FILE.rankR, merged here (tokens/s and phases of rank 0,
+// every rank's peak bytes).
+train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devices) {
+  for (const Device& d : devices) {
+    FANOUT_CHECK(d.kind == devices[0].kind, "ddp in fanout bench needs devices of one kind");
+  }
+  std::string dir =
+      (std::filesystem::temp_directory_path() / ("fanout-bench-ddp-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  std::string out = dir + "/ddp.json";
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  FANOUT_CHECK(n > 0, "cannot find the fanout binary");
+  self[n] = '\0';
+  std::vector<std::string> args = {self,
+                                   "launch",
+                                   "--nproc-per-node",
+                                   std::to_string(devices.size()),
+                                   "--",
+                                   "bench-worker",
+                                   "--devices",
+                                   devices[0].is_cpu() ? "cpu" : "cuda",
+                                   "--batch-size",
+                                   std::to_string(a.batch_size),
+                                   "--seq-len",
+                                   std::to_string(a.seq_len),
+                                   "--steps",
+                                   std::to_string(a.steps),
+                                   "--warmup",
+                                   std::to_string(a.warmup),
+                                   "--bucket-mb",
+                                   std::to_string(a.bucket_mb),
+                                   "--json",
+                                   out};
+  if (a.config_file.empty()) {
+    args.insert(args.end(), {"--preset", a.preset});
+  } else {
+    args.insert(args.end(), {"--config", a.config_file});
+  }
+  std::vector<char*> argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  FANOUT_CHECK(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) == 0,
+               "cannot start fanout launch for the ddp row");
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  FANOUT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+               "the ddp row failed (fanout launch exited with ", WEXITSTATUS(status), ")");
+  train::BenchResult r;
+  r.mode = "ddp (" + std::to_string(devices.size()) + " processes)";
+  r.devices = devices_str(devices);
+  for (size_t rank = 0; rank < devices.size(); ++rank) {
+    std::ifstream in(out + ".rank" + std::to_string(rank));
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    FANOUT_CHECK(!j.is_discarded(), "the ddp row's rank ", rank, " wrote no figures");
+    if (rank == 0) {
+      r.tokens_per_s = j["tokens_per_s"], r.step_s = j["step_s"], r.last_loss = j["last_loss"];
+      const auto& p = j["phases_s"];
+      r.phases = {p["scatter"], p["replicate"], p["forward"], p["gather"],
+                  p["loss"],    p["backward"],  p["reduce"],  p["optimizer"]};
+    }
+    for (const auto& peak : j["peaks"]) {
+      r.peaks.push_back({"rank " + std::to_string(rank) + " " + peak["device"].get<std::string>(),
+                         peak["bytes"].get<size_t>()});
+    }
+  }
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+int run_bench_worker(const BenchArgs& a) {
+  train::BenchSetup setup;
+  setup.config = config_of(a);
+  setup.ddp = train::ddp_env_from_environment();
+  Device d = train::ddp_device(setup.ddp, devices_parse(a.devices));
+  setup.devices = {d};
+  setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
+  setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
+  train::DdpGroup group = train::ddp_connect(setup.ddp, d, 120.0);
+  setup.group = group.group.get();
+  train::BenchResult r = train::bench_mode(setup, train::bench_modes_parse("ddp")[0]);
+  std::ofstream out(a.json + ".rank" + std::to_string(setup.ddp.rank));
+  FANOUT_CHECK(out.good(), "cannot write ", a.json);
+  out << result_json(r).dump() << "\n";
+  return 0;
+}
+
 int run_bench(const BenchArgs& a) {
   train::BenchSetup setup;
   setup.config = config_of(a);
@@ -84,7 +193,8 @@ int run_bench(const BenchArgs& a) {
   std::vector<train::BenchResult> results;
   for (size_t i = 0; i < modes.size(); ++i) {
     if (!a.trace.empty() && i + 1 == modes.size()) Trace::global().set_enabled(true);
-    results.push_back(train::bench_mode(setup, modes[i]));
+    results.push_back(modes[i].name == "ddp" ? bench_ddp(a, setup.devices)
+                                             : train::bench_mode(setup, modes[i]));
     print_row(results.back(), base.tokens_per_s);
   }
   if (!a.trace.empty()) {
@@ -162,7 +272,16 @@ Command add_bench_command(CLI::App& app) {
   common(ops);
   ops->add_option("--device", a->op_device, "A CPU device")->capture_default_str();
   ops->add_option("--repeats", a->repeats, "Timed repetitions")->capture_default_str();
-  return [cmd, ops, a]() -> int {
+  // One rank of the ddp row, started by `fanout launch` from `fanout bench`.
+  auto* worker = app.add_subcommand("bench-worker", "")->group("");
+  common(worker);
+  worker->add_option("--devices", a->devices);
+  worker->add_option("--steps", a->steps);
+  worker->add_option("--warmup", a->warmup);
+  worker->add_option("--bucket-mb", a->bucket_mb);
+  worker->add_option("--json", a->json)->required();
+  return [cmd, ops, worker, a]() -> int {
+    if (worker->parsed()) return run_bench_worker(*a);
     if (!cmd->parsed()) return -1;
     return ops->parsed() ? run_bench_ops(*a) : run_bench(*a);
   };

@@ -38,14 +38,15 @@ std::vector<BenchMode> bench_modes_parse(const std::string& list) {
       {"dp-replicas", {"dp-replicas", parallel::Strategy::dp, parallel::LossOn::replicas, false}},
       {"dp-overlap", {"dp-overlap", parallel::Strategy::dp, parallel::LossOn::replicas, true}},
       {"zero1", {"zero1", parallel::Strategy::zero1, parallel::LossOn::replicas, false}},
+      {"ddp", {"ddp", parallel::Strategy::dp, parallel::LossOn::replicas, true}},
   };
-  std::string text = list == "all" ? "dp,dp-replicas,dp-overlap,zero1" : list;
+  std::string text = list == "all" ? "dp,dp-replicas,dp-overlap,zero1,ddp" : list;
   std::vector<BenchMode> out;
   std::stringstream ss(text);
   for (std::string name; std::getline(ss, name, ',');) {
     auto it = known.find(name);
     FANOUT_CHECK(it != known.end(), "unknown mode '", name,
-                 "' (choose from dp, dp-replicas, dp-overlap, zero1)");
+                 "' (choose from dp, dp-replicas, dp-overlap, zero1, ddp)");
     out.push_back(it->second);
   }
   FANOUT_CHECK(!out.empty(), "--modes is empty");
@@ -64,7 +65,9 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
   std::mt19937_64 rng(1);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(config.vocab_size) - 1);
   for (int64_t i = 0; i < n; ++i) inputs[i] = tok(rng), targets[i] = tok(rng);
-  parallel::HostBatch batch{setup.batch_size, setup.seq_len, inputs.data(), targets.data()};
+  auto [first, rows] = setup.ddp.rows_of(setup.batch_size);  // all rows unless ddp
+  parallel::HostBatch batch{rows, setup.seq_len, inputs.data() + first * setup.seq_len,
+                            targets.data() + first * setup.seq_len};
 
   parallel::DataParallelOptions options;
   options.device_ids = setup.devices;
@@ -72,6 +75,7 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
   options.loss_on = mode.loss_on;
   options.overlap = mode.overlap;
   options.bucket_mb = setup.bucket_mb;
+  options.process_group = setup.group;
   const std::vector<Device>& ids = setup.devices;
   std::map<std::pair<int, int>, Device> distinct;
   for (const Device& d : ids) distinct.emplace(std::make_pair(int(d.kind), d.index), d);
@@ -86,6 +90,12 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
       return m;
     };
     parallel::DataParallel dp(factory, options, cross_entropy_loss_functions());
+    if (setup.group) {
+      auto& primary = dp.primary();
+      setup.group->broadcast(primary.params(), 0, primary.compute_stream());
+      primary.compute_stream().synchronize();
+      dp.params_changed();
+    }
     ops::AdamWConfig adam;
     Optimizer opt(dp, decay_runs(models::LlamaLayout(config)), adam);
     double elapsed = 0;
@@ -101,11 +111,13 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
       dp.reduce_gradients();
       opt.step(s + 1, adam.lr, 1.0);
       double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      result.last_loss = st.loss_sum / st.count;
+      double sums[2] = {st.loss_sum, static_cast<double>(st.count)};
+      if (setup.group) setup.group->all_reduce_host(sums, 2);
+      result.last_loss = sums[0] / sums[1];
       if (s >= setup.warmup) elapsed += secs, total += dp.last_times();
     }
     result.step_s = elapsed / setup.steps;
-    result.tokens_per_s = static_cast<double>(n) * setup.steps / elapsed;
+    result.tokens_per_s = static_cast<double>(n) * setup.steps / elapsed;  // the global batch
     result.phases = scaled(total, 1.0 / setup.steps);
     for (auto& [key, d] : distinct) {
       result.peaks.push_back({d.str(), allocator_for(d).stats().total.peak});

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/train/ddp_env.h"
 #include "engine/parallel/data_parallel.h"
 #include "models/llama_config.h"
 
@@ -17,7 +18,8 @@ struct BenchMode {
   parallel::LossOn loss_on = parallel::LossOn::output;
   bool overlap = false;
 };
-// "dp,dp-replicas,dp-overlap,zero1" (or "all"); unknown names are errors.
+// "dp,dp-replicas,dp-overlap,zero1,ddp" (or "all"); unknown names are errors.
+// ddp is measured in separate processes (fanout launch), the others in this one.
 std::vector<BenchMode> bench_modes_parse(const std::string& list);
 
 struct DevicePeak {
@@ -34,7 +36,10 @@ struct BenchResult {
 
 struct BenchSetup {
   models::LlamaConfig config;
-  std::vector<Device> devices;
+  std::vector<Device> devices;  // ddp: this rank's one device
+  // ddp: this rank's rows of every batch, gradients summed through `group`.
+  DdpEnv ddp;
+  parallel::ProcessGroup* group = nullptr;
   int64_t batch_size = 16, seq_len = 128;
   int steps = 5, warmup = 1;
   double bucket_mb = 25.0;
