@@ -17,6 +17,7 @@
 
 #include "apps/fanout/commands.h"
 #include "apps/train/bench.h"
+#include "apps/train/bench_svg.h"
 #include "apps/train/ddp_env.h"
 #include "engine/core/check.h"
 #include "engine/core/trace.h"
@@ -26,7 +27,8 @@ namespace fanout::app {
 
 namespace {
 struct BenchArgs {
-  std::string preset = "tiny", config_file, devices = "cpu:0,cpu:1", modes = "all", json, trace;
+  std::string preset = "tiny", config_file, devices = "cpu:0,cpu:1", modes = "all", json, trace,
+              svg;
   int64_t batch_size = 16, seq_len = 128;
   int steps = 5, warmup = 1;
   double bucket_mb = 25.0;
@@ -203,6 +205,22 @@ int run_bench(const BenchArgs& a) {
     std::printf("trace of %s written to %s (open in ui.perfetto.dev)\n", modes.back().name.c_str(),
                 a.trace.c_str());
   }
+  if (!a.svg.empty()) {
+    std::vector<train::SvgRow> rows;
+    auto add = [&](const train::BenchResult& r) {
+      rows.push_back({r.mode, r.tokens_per_s, r.tokens_per_s / base.tokens_per_s, true, r.phases});
+    };
+    add(base);
+    for (const auto& r : results) add(r);
+    char subtitle[256];
+    std::snprintf(subtitle, sizeof subtitle, "%.2fM parameters, global batch %lld x %lld, %s",
+                  setup.config.num_parameters() / 1e6, static_cast<long long>(a.batch_size),
+                  static_cast<long long>(a.seq_len), devices_str(setup.devices).c_str());
+    std::ofstream out(a.svg);
+    FANOUT_CHECK(out.good(), "cannot write --svg file '", a.svg, "'");
+    out << train::bench_svg("fanout bench: data-parallel modes", subtitle, rows);
+    std::printf("picture written to %s\n", a.svg.c_str());
+  }
   if (!a.json.empty()) {
     nlohmann::json rows = nlohmann::json::array();
     auto row = [&](const train::BenchResult& r) {
@@ -267,6 +285,7 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str();
   cmd->add_option("--bucket-mb", a->bucket_mb, "Bucket size for dp-overlap")->capture_default_str();
   cmd->add_option("--json", a->json, "Also write the figures to this file");
+  cmd->add_option("--svg", a->svg, "Draw throughput and the step-time breakdown as an SVG");
   cmd->add_option("--trace", a->trace, "Write a Chrome/Perfetto trace of the last mode's steps");
   auto* ops = cmd->add_subcommand("ops", "GFLOP/s of the CPU matmul and attention kernels");
   common(ops);
