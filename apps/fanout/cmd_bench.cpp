@@ -31,6 +31,7 @@ struct BenchArgs {
               svg;
   int64_t batch_size = 16, seq_len = 128;
   int steps = 5, warmup = 1;
+  bool peers = false;
   double bucket_mb = 25.0;
   // ops
   std::string op_device = "cpu:0";
@@ -165,6 +166,59 @@ int run_bench_worker(const BenchArgs& a) {
   return 0;
 }
 
+struct PeerResult {
+  std::string label;
+  double tokens_per_s = 0;
+};
+
+// The python that has torch: Debian's /usr/bin/python3 here, python3 on the GPU machine.
+std::string python_with_torch() {
+  for (const char* py : {"/usr/bin/python3", "python3"}) {
+    std::string cmd = std::string(py) + " -c 'import torch' >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) == 0) return py;
+  }
+  return "";
+}
+
+// PyTorch on the same config and batch: DDP (gloo on CPU, nccl on GPUs) over as
+// many processes as fanout has devices, and nn.DataParallel on GPUs.
+std::vector<PeerResult> run_peers(const BenchArgs& a, const std::vector<Device>& devices) {
+  std::string py = python_with_torch();
+  FANOUT_CHECK(!py.empty(), "--peers needs PyTorch (python3 with torch)");
+  const char* env_dir = std::getenv("FANOUT_REFERENCE_DIR");
+  std::string script =
+      std::string(env_dir ? env_dir : FANOUT_SOURCE_DIR "/tests/reference") + "/peer_bench.py";
+  FANOUT_CHECK(std::filesystem::exists(script), "--peers: cannot find ", script,
+               " (set FANOUT_REFERENCE_DIR)");
+  bool cuda = devices[0].is_cuda();
+  std::vector<std::pair<std::string, std::string>> runs = {
+      {"PyTorch DDP (" + std::string(cuda ? "nccl" : "gloo") + ", " +
+           std::to_string(devices.size()) + " processes)",
+       "--mode ddp --backend " + std::string(cuda ? "nccl" : "gloo")}};
+  if (cuda) runs.push_back({"PyTorch nn.DataParallel", "--mode dp"});
+  std::vector<PeerResult> out;
+  for (const auto& [label, mode] : runs) {
+    std::string json = (std::filesystem::temp_directory_path() /
+                        ("fanout-peer-" + std::to_string(::getpid()) + ".json"))
+                           .string();
+    std::string cmd =
+        py + " " + script + " --config " + (a.config_file.empty() ? a.preset : a.config_file) +
+        " --batch-size " + std::to_string(a.batch_size) + " --seq-len " +
+        std::to_string(a.seq_len) + " --steps " + std::to_string(a.steps) + " --warmup " +
+        std::to_string(a.warmup) + " --nproc " + std::to_string(devices.size()) + " --device " +
+        (cuda ? "cuda" : "cpu") + " " + mode + " --json " + json + " >/dev/null";
+    int rc = std::system(cmd.c_str());
+    FANOUT_CHECK(rc == 0, "the PyTorch peer failed: ", cmd);
+    std::ifstream in(json);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    FANOUT_CHECK(!j.is_discarded() && j.contains("tokens_per_s"),
+                 "the PyTorch peer wrote no figures");
+    out.push_back({label + " torch " + j.value("torch", std::string("?")), j["tokens_per_s"]});
+    std::filesystem::remove(json);
+  }
+  return out;
+}
+
 int run_bench(const BenchArgs& a) {
   train::BenchSetup setup;
   setup.config = config_of(a);
@@ -199,6 +253,20 @@ int run_bench(const BenchArgs& a) {
                                              : train::bench_mode(setup, modes[i]));
     print_row(results.back(), base.tokens_per_s);
   }
+  std::vector<PeerResult> peers;
+  if (a.peers) {
+    peers = run_peers(a, setup.devices);
+    double best = 0;
+    std::string best_mode;
+    for (const auto& r : results)
+      if (r.tokens_per_s > best) best = r.tokens_per_s, best_mode = r.mode;
+    for (const auto& p : peers) {
+      std::printf("%-22s %10.0f %7.2fx   (fanout's best, %s, is %.2fx this)\n", "PyTorch peer",
+                  p.tokens_per_s, p.tokens_per_s / base.tokens_per_s, best_mode.c_str(),
+                  best / p.tokens_per_s);
+      std::printf("  %s\n", p.label.c_str());
+    }
+  }
   if (!a.trace.empty()) {
     Trace::global().set_enabled(false);
     Trace::global().write(a.trace);
@@ -212,6 +280,9 @@ int run_bench(const BenchArgs& a) {
     };
     add(base);
     for (const auto& r : results) add(r);
+    for (const auto& p : peers) {
+      rows.push_back({p.label, p.tokens_per_s, p.tokens_per_s / base.tokens_per_s, false, {}});
+    }
     char subtitle[256];
     std::snprintf(subtitle, sizeof subtitle, "%.2fM parameters, global batch %lld x %lld, %s",
                   setup.config.num_parameters() / 1e6, static_cast<long long>(a.batch_size),
@@ -236,6 +307,9 @@ int run_bench(const BenchArgs& a) {
     };
     rows.push_back(row(base));
     for (const auto& r : results) rows.push_back(row(r));
+    for (const auto& p : peers) {
+      rows.push_back({{"mode", p.label}, {"peer", true}, {"tokens_per_s", p.tokens_per_s}});
+    }
     nlohmann::json doc = {{"parameters", setup.config.num_parameters()},
                           {"batch_size", a.batch_size},
                           {"seq_len", a.seq_len},
@@ -285,6 +359,8 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str();
   cmd->add_option("--bucket-mb", a->bucket_mb, "Bucket size for dp-overlap")->capture_default_str();
   cmd->add_option("--json", a->json, "Also write the figures to this file");
+  cmd->add_flag("--peers", a->peers,
+                "Also run PyTorch on the same config and batch (tests/reference/peer_bench.py)");
   cmd->add_option("--svg", a->svg, "Draw throughput and the step-time breakdown as an SVG");
   cmd->add_option("--trace", a->trace, "Write a Chrome/Perfetto trace of the last mode's steps");
   auto* ops = cmd->add_subcommand("ops", "GFLOP/s of the CPU matmul and attention kernels");

@@ -18,5 +18,6 @@ Command add_generate_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 Command add_launch_command(CLI::App& app);
+Command add_walkthrough_command(CLI::App& app);
 
 }  // namespace fanout::app

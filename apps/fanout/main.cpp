@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   std::vector<app::Command> commands = {
       app::add_train_command(app),    app::add_devices_command(app), app::add_eval_command(app),
       app::add_generate_command(app), app::add_bench_command(app),   app::add_launch_command(app),
+      app::add_walkthrough_command(app),
   };
   try {
     app.parse(argc, argv);
