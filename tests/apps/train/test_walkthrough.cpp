@@ -1,0 +1,165 @@
+// The walkthrough narrates the engine's real numbers: the uneven scatter of 5
+// rows over 2 CPU devices with its byte counts, the (B, T, V) gather, P*4 bytes of
+// gradients, zero1's halved optimizer state, and losses that agree across modes.
+// Through the binary: exit 0, a timeline legend and a trace that parses as JSON;
+// bad flags are one stderr line and a non-zero exit.
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/train/walkthrough.h"
+#include "models/llama_layout.h"
+#include "tests/apps/fanout/cli_runner.h"
+
+using namespace fanout;
+using namespace fanout::train;
+
+namespace {
+
+// The narration wraps long lines: compare with every line break and the indent
+// after it read as one space.
+std::string unwrapped(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\n') {
+      out += text[i];
+      continue;
+    }
+    out += ' ';
+    while (i + 1 < text.size() && text[i + 1] == ' ') ++i;
+  }
+  return out;
+}
+bool has(const std::string& text, const std::string& what) {
+  return unwrapped(text).find(what) != std::string::npos;
+}
+
+const WalkthroughMode& mode(const WalkthroughResult& r, const std::string& name) {
+  for (const WalkthroughMode& m : r.modes)
+    if (m.name == name) return m;
+  FAIL("no mode " << name);
+  return r.modes[0];
+}
+
+}  // namespace
+
+TEST_CASE("the walkthrough narrates the real scatter gather and gradient bytes") {
+  const int64_t T = 16;
+  WalkthroughOptions o;
+  o.devices = {cpu_device(0), cpu_device(1)};
+  o.batch_size = 5;
+  o.seq_len = T;
+  o.steps = 2;
+  std::ostringstream text;
+  WalkthroughResult r = walkthrough_run(o, text);
+  std::string s = text.str();
+  CAPTURE(s);
+
+  int64_t P = models::LlamaLayout(o.config).total(), V = o.config.vocab_size;
+  CHECK(r.parameters == P);
+  REQUIRE(r.modes.size() == 4);
+  const WalkthroughMode& dp = mode(r, "dp");
+  CHECK(dp.rows == std::vector<int64_t>{3, 2});
+  CHECK(dp.scatter_bytes == std::vector<size_t>{3 * T * 4, 2 * T * 4});
+  CHECK(has(s, "cpu:0 gets 3 rows (" + std::to_string(3 * T * 4) + " bytes of token ids)"));
+  CHECK(has(s, "cpu:1 gets 2 rows (" + std::to_string(2 * T * 4) + " bytes)"));
+  CHECK(dp.gather_bytes == static_cast<size_t>(5 * T * V * 4));
+  CHECK(has(s, std::to_string(5 * T * V * 4) + " bytes (5*16*259*4)"));
+  CHECK(dp.grad_bytes == static_cast<size_t>(P * 4));
+  CHECK(has(s, std::to_string(P * 4) + " bytes (P*4)"));
+  CHECK(has(s, "broadcast " + std::to_string(P) + " parameters"));
+  CHECK(has(s, "legend:"));
+  for (const char* title : {"1. faithful dp", "2. --loss-on replicas", "3. --overlap", "4. zero1"})
+    CHECK(has(s, title));
+}
+
+TEST_CASE("walkthrough modes agree on the loss and differ in memory as narrated") {
+  WalkthroughOptions o;
+  o.devices = {cpu_device(0), cpu_device(1)};
+  o.seq_len = 16;
+  std::ostringstream text;
+  WalkthroughResult r = walkthrough_run(o, text);
+  const WalkthroughMode& dp = mode(r, "dp");
+  const WalkthroughMode& replicas = mode(r, "dp-replicas");
+  const WalkthroughMode& overlap = mode(r, "dp-overlap");
+  const WalkthroughMode& zero1 = mode(r, "zero1");
+  for (const WalkthroughMode* m : {&replicas, &overlap, &zero1}) {
+    CAPTURE(m->name);
+    REQUIRE(m->losses.size() == dp.losses.size());
+    for (size_t i = 0; i < dp.losses.size(); ++i)
+      CHECK(m->losses[i] == doctest::Approx(dp.losses[i]).epsilon(1e-4));
+  }
+  // AdamW state: all of it on the primary with dp, half per device with zero1.
+  int64_t P = r.parameters;
+  REQUIRE(dp.optimizer_bytes.size() == 2);
+  CHECK(dp.optimizer_bytes[0] >= static_cast<size_t>(2 * P * 4));
+  CHECK(dp.optimizer_bytes[1] == 0);
+  REQUIRE(zero1.optimizer_bytes.size() == 2);
+  for (size_t b : zero1.optimizer_bytes) {
+    double ratio = static_cast<double>(b) / static_cast<double>(dp.optimizer_bytes[0]);
+    CHECK(ratio == doctest::Approx(0.5).epsilon(0.01));
+  }
+  // No (B, T, V) gather with the loss on the replicas: the primary's comm peak
+  // drops by at least the gathered bytes.
+  CHECK(replicas.gather_bytes == 0);
+  CHECK(dp.memory[0].tag(MemTag::comm) >= replicas.memory[0].tag(MemTag::comm) + dp.gather_bytes);
+  CHECK(overlap.buckets > 1);
+  CHECK(has(text.str(), std::to_string(overlap.buckets) + " buckets"));
+}
+
+TEST_CASE("fanout walkthrough exits 0 prints the legend and writes a trace that parses") {
+  std::string dir = test::make_temp_dir("fanout-walk");
+  std::string trace = dir + "/trace.json";
+  auto r = test::run_fanout({"walkthrough", "--devices", "cpu:0,cpu:1", "--batch-size", "5",
+                             "--seq-len", "8", "--steps", "1", "--trace", trace, "--no-color"});
+  CAPTURE(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.err.empty());
+  CHECK(has(r.out, "legend:"));
+  CHECK(has(r.out, "cpu:0 gets 3 rows (96 bytes of token ids)"));
+  CHECK(has(r.out, "written to " + trace));
+  CHECK(r.out.find('\033') == std::string::npos);
+  std::ifstream in(trace);
+  REQUIRE(in.good());
+  nlohmann::json doc = nlohmann::json::parse(in);
+  REQUIRE(doc.contains("traceEvents"));
+  bool forward = false, backward = false;
+  for (const auto& e : doc["traceEvents"]) {
+    forward = forward || e.value("name", "") == "forward";
+    backward = backward || e.value("name", "") == "backward";
+  }
+  CHECK(forward);
+  CHECK(backward);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("fanout walkthrough rejects bad flags with one line and a non-zero exit") {
+  std::string dir = test::make_temp_dir("fanout-walk");
+  std::string trace = dir + "/t.json";
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"--devices", "gpu:0"},
+           {"--batch-size", "0"},
+           {"--seq-len", "0"},
+           {"--steps", "0"},
+           {"--seq-len", "5000"},
+           {"--trace", dir + "/no/such/dir/t.json"},
+       }) {
+    std::vector<std::string> cmd = {"walkthrough"};
+    if (args[0] != "--trace") cmd.insert(cmd.end(), {"--trace", trace});
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    CAPTURE(args[0]);
+    CAPTURE(args[1]);
+    auto r = test::run_fanout(cmd);
+    CHECK(r.rc != 0);
+    CHECK(r.err_lines() == 1);
+    CHECK(r.out.empty());
+  }
+  CHECK(!std::filesystem::exists(trace));
+  std::filesystem::remove_all(dir);
+}
