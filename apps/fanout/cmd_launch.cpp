@@ -143,7 +143,9 @@ int run_launch(LaunchArgs a) {
     if (local < 0) continue;
     alive[local] = false;
     --live;
-    bool ok = WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 130);
+    // After a forwarded Ctrl-C, a rank that had not yet installed its handler dies of SIGINT.
+    bool ok = (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 130)) ||
+              (forwarded > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
     if (!ok && !stopping) {
       int rank = a.node_rank * a.nproc + local;
       std::fprintf(stderr, "fanout launch: rank %d %s; stopping the other ranks\n", rank,

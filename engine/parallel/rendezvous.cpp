@@ -102,6 +102,11 @@ class RendezvousServer {
     thread_ = std::thread([this] { serve(); });
   }
   ~RendezvousServer() {
+    // When a rank has died, the survivors ask this server who (describe_failure):
+    // stay until they are gone, or 5 s, so that they do not blame rank 0.
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (any_dead_ && clients_live_ > 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     stop_ = true;
     thread_.join();
     for (auto& [fd, c] : clients_) ::close(fd);
@@ -157,7 +162,10 @@ class RendezvousServer {
       if (::poll(fds.data(), fds.size(), 100) <= 0) continue;
       if (fds[0].revents & POLLIN) {
         int fd = ::accept(listen_fd_, nullptr, nullptr);
-        if (fd >= 0) clients_[fd] = Client{};
+        if (fd >= 0) {
+          clients_[fd] = Client{};
+          ++clients_live_;
+        }
       }
       for (size_t i = 1; i < fds.size(); ++i) {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -166,9 +174,13 @@ class RendezvousServer {
         char tmp[4096];
         ssize_t n = ::recv(fd, tmp, sizeof tmp, 0);
         if (n <= 0) {
-          if (!c.bye && c.rank >= 0) dead_.insert(c.rank);
+          if (!c.bye && c.rank >= 0) {
+            dead_.insert(c.rank);
+            any_dead_ = true;
+          }
           ::close(fd);
           clients_.erase(fd);
+          --clients_live_;
           continue;
         }
         c.buf.insert(c.buf.end(), tmp, tmp + n);
@@ -181,7 +193,8 @@ class RendezvousServer {
   }
 
   int listen_fd_ = -1;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, any_dead_{false};
+  std::atomic<int> clients_live_{0};
   std::thread thread_;
   std::map<int, Client> clients_;
   std::map<std::string, std::vector<char>> store_;

@@ -1,0 +1,91 @@
+#pragma once
+// Helpers for the multi-process (ddp, `fanout launch`) tests: the fanout binary
+// started with fork/exec so a test holds its pid (to signal it, to run ranks side
+// by side, to time each exit), a free loopback port, the tiny run every test
+// trains, and readers for metrics.jsonl and the processes a run left behind.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tests/apps/fanout/checkpoint_util.h"
+
+namespace fanout::test::ddp {
+
+// One fanout process; stdout and stderr go to files in `log_dir`. `env` entries
+// "NAME=value" are set in the child, entries without '=' are unset there. The
+// destructor SIGKILLs and reaps a process that is still running.
+class FanoutProcess {
+ public:
+  FanoutProcess(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                const std::string& log_dir, const std::string& name);
+  ~FanoutProcess();
+  FanoutProcess(const FanoutProcess&) = delete;
+  FanoutProcess& operator=(const FanoutProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return running_; }
+  // Reaps the process if it has exited; true once it has.
+  bool poll();
+  // Waits up to `timeout_s`; false (and the process still running) on timeout.
+  bool wait(double timeout_s);
+  void kill(int sig);
+  // Exit code, or 128 + signal number (as a shell reports it); -1 while running.
+  int rc() const { return rc_; }
+  // Seconds from the start to the moment poll() saw the exit.
+  double seconds() const;
+  std::string out() const;
+  std::string err() const;
+
+ private:
+  pid_t pid_ = -1;
+  bool running_ = false;
+  int rc_ = -1;
+  std::chrono::steady_clock::time_point start_, end_;
+  std::string out_path_, err_path_;
+};
+
+// Waits until every process has exited or `timeout_s` passed; true if all did.
+bool wait_all(const std::vector<FanoutProcess*>& procs, double timeout_s);
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int free_port();
+
+// The env entries of rank `rank` of `world` ranks on this node (torchrun's names).
+std::vector<std::string> rank_env(int rank, int world, int port);
+
+// Non-empty lines of `text` that contain `phrase`.
+std::vector<std::string> lines_with(const std::string& text, const std::string& phrase);
+
+// The "loss" of every training-step line of metrics.jsonl, in order, and the
+// last "step" (0 if there is none).
+std::vector<double> metrics_losses(const std::string& path);
+int64_t metrics_last_step(const std::string& path);
+
+// Pids of live processes whose environment holds `entry` ("NAME=value").
+std::vector<pid_t> processes_with_env(const std::string& entry);
+
+// The flat weights of DIR/model.safetensors (every tensor, in file order).
+std::vector<float> weights_all(const std::string& dir);
+// ||a - b|| / ||b||
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b);
+
+// The tiny run every ddp test trains: a 2-layer Llama (vocab 259, hidden 32)
+// initialised once into `init`, and a small text file; every run starts from
+// the same weights through --init.
+struct TinyRun {
+  TempDir dir{"fanout-ddp"};
+  std::string init = dir / "init", data = dir / "data.txt";
+  TinyRun();
+  // `train ... --init --data` with batch 6 x 16, lr 1e-2 constant, no saves or
+  // evals, and `steps` steps into `out`.
+  std::vector<std::string> train_args(const std::string& out, int64_t steps) const;
+};
+
+// `prefix` followed by `args`.
+std::vector<std::string> concat(std::vector<std::string> prefix,
+                                const std::vector<std::string>& args);
+
+}  // namespace fanout::test::ddp

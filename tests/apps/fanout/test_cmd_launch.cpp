@@ -1,0 +1,229 @@
+// `fanout launch` and `train --strategy ddp` through the real binary, on
+// loopback with CPU ranks: N processes train exactly what one process trains on
+// one device or on N devices (per-step loss and the weight update), only rank 0
+// writes and prints, a ddp checkpoint resumes in a single process, and each
+// setup mistake (busy port, no master, missing variables, bad launch flags) is
+// a non-zero exit with a line that says what is wrong.
+// Failures while running (a killed rank, Ctrl-C): test_cmd_launch_failures.cpp.
+
+#include <doctest/doctest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "tests/apps/fanout/checkpoint_util.h"
+#include "tests/apps/fanout/cli_runner.h"
+#include "tests/apps/fanout/launch_util.h"
+
+using namespace fanout;
+using namespace fanout::test;
+using namespace fanout::test::ddp;
+
+namespace {
+namespace fs = std::filesystem;
+
+std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> d(a.size());
+  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+  return d;
+}
+
+// What a run must reproduce: its per-step loss and its weight update.
+struct RunResult {
+  std::vector<double> losses;
+  std::vector<float> update;  // final weights minus the initial ones
+};
+
+RunResult run_result(const std::string& out, const std::vector<float>& init) {
+  return {metrics_losses(out + "/metrics.jsonl"), minus(weights_all(out + "/final"), init)};
+}
+
+void check_same(const RunResult& got, const RunResult& ref) {
+  REQUIRE(got.losses.size() == ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(got.losses[i] - ref.losses[i]) <= 1e-5 * std::abs(ref.losses[i]));
+  }
+  CHECK(relative_l2(got.update, ref.update) < 1e-3);
+}
+
+std::vector<std::string> cpu_list(int n) {
+  std::string list;
+  for (int i = 0; i < n; ++i) list += (i ? ",cpu:" : "cpu:") + std::to_string(i);
+  return {"--devices", list};
+}
+
+const std::vector<std::string> kDdp = {"--strategy", "ddp", "--devices", "cpu"};
+
+// A non-zero exit, exactly one non-empty stderr line, and `phrase` in it.
+void check_fails(int rc, const std::string& err, const std::string& phrase) {
+  INFO("rc " << rc << " stderr: " << err);
+  CHECK(rc != 0);
+  CHECK(lines_with(err, "").size() == 1);
+  CHECK(err.find(phrase) != std::string::npos);
+}
+
+// A socket listening on 127.0.0.1 at a port of the kernel's choosing.
+struct BusyPort {
+  int fd = -1, port = 0;
+  BusyPort() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    REQUIRE(::listen(fd, 16) == 0);
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+    port = ntohs(sa.sin_port);
+  }
+  ~BusyPort() { ::close(fd); }
+};
+}  // namespace
+
+// --- equivalence ----------------------------------------------------------------
+
+TEST_CASE("launch ddp on 2 and 3 CPU processes trains as one device and as dp do") {
+  TinyRun run;
+  std::vector<float> init = weights_all(run.init);
+  std::string single = run.dir / "single";
+  CliResult r = run_fanout(concat(run.train_args(single, 3), {"--devices", "cpu:0", "--json"}));
+  INFO("single stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  RunResult ref = run_result(single, init);
+  REQUIRE(ref.losses.size() == 3);
+  CHECK(relative_l2(ref.update, std::vector<float>(init.size(), 0.0f)) > 0);  // it did train
+
+  for (int n : {2, 3}) {
+    CAPTURE(n);
+    std::string dp = run.dir / ("dp" + std::to_string(n));
+    r = run_fanout(concat(run.train_args(dp, 3), concat(cpu_list(n), {"--json"})));
+    INFO("dp stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    check_same(run_result(dp, init), ref);
+
+    std::string ddp = run.dir / ("ddp" + std::to_string(n));
+    r = run_fanout(concat({"launch", "--nproc-per-node", std::to_string(n), "--"},
+                          concat(run.train_args(ddp, 3), kDdp)));
+    INFO("launch stdout: " << r.out << "\nlaunch stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.err.empty());
+    check_same(run_result(ddp, init), ref);
+    // The ranks share the launcher's stdout: one header and one ending, from rank 0.
+    CHECK(lines_with(r.out, "fanout train: ").size() == 1);
+    CHECK(lines_with(r.out, std::to_string(n) + " processes (gloo").size() == 1);
+    CHECK(lines_with(r.out, "final checkpoint: ").size() == 1);
+  }
+
+  // A ddp checkpoint is an ordinary one: a single process continues it to step 5
+  // exactly as a single process that ran 5 steps from the start.
+  std::string single5 = run.dir / "single5";
+  r = run_fanout(concat(run.train_args(single5, 5), {"--devices", "cpu:0", "--json"}));
+  REQUIRE(r.rc == 0);
+  std::string ddp2 = run.dir / "ddp2";
+  r = run_fanout({"train", "--resume", ddp2 + "/final", "--steps", "5", "--strategy", "dp",
+                  "--devices", "cpu:0", "--json"});
+  INFO("resume stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(last_json_line(r.out).value("steps", 0) == 5);
+  check_same(run_result(ddp2, init), run_result(single5, init));
+}
+
+TEST_CASE("ddp ranks other than 0 write no files and print nothing") {
+  // Started by hand with a different --out each: rank 1's must stay absent.
+  TinyRun run;
+  std::string out0 = run.dir / "rank0", out1 = run.dir / "rank1";
+  int port = free_port();
+  FanoutProcess rank0(concat(run.train_args(out0, 3), kDdp), rank_env(0, 2, port), run.dir.path,
+                      "rank0");
+  FanoutProcess rank1(concat(run.train_args(out1, 3), kDdp), rank_env(1, 2, port), run.dir.path,
+                      "rank1");
+  REQUIRE(wait_all({&rank0, &rank1}, 60));
+  INFO("rank 0 stderr: " << rank0.err() << "\nrank 1 stderr: " << rank1.err());
+  CHECK(rank0.rc() == 0);
+  CHECK(rank1.rc() == 0);
+  CHECK(lines_with(rank0.out(), "fanout train: ").size() == 1);
+  CHECK(lines_with(rank0.out(), "step 3/3").size() == 1);
+  CHECK(rank1.out().empty());
+  CHECK(rank1.err().empty());
+  CHECK_FALSE(fs::exists(out1));
+  std::set<std::string> files;
+  for (const auto& e : fs::directory_iterator(out0)) files.insert(e.path().filename().string());
+  CHECK(files == std::set<std::string>{"final", "metrics.jsonl"});
+  CHECK(metrics_losses(out0 + "/metrics.jsonl").size() == 3);
+}
+
+// --- setup errors -----------------------------------------------------------------
+
+TEST_CASE("ddp rank 0 on a port already in use fails with one line") {
+  TinyRun run;
+  BusyPort busy;
+  FanoutProcess rank0(concat(run.train_args(run.dir / "out", 3), kDdp), rank_env(0, 2, busy.port),
+                      run.dir.path, "rank0");
+  REQUIRE(rank0.wait(30));
+  check_fails(rank0.rc(), rank0.err(), "the port is already in use");
+  std::string where = std::string("127.0.0.1:").append(std::to_string(busy.port));
+  CHECK(rank0.err().find(where) != std::string::npos);
+}
+
+TEST_CASE("launch on a port already in use fails and names the failed rank") {
+  TinyRun run;
+  BusyPort busy;
+  // Rank 1 reaches the busy socket, which never answers: --timeout ends it
+  // (with "the master (rank 0) died", since that socket never says who died).
+  FanoutProcess launch(
+      concat({"launch", "--nproc-per-node", "2", "--master-port", std::to_string(busy.port),
+              "--grace", "5", "--"},
+             concat(run.train_args(run.dir / "out", 3), concat(kDdp, {"--timeout", "1"}))),
+      {}, run.dir.path, "launch");
+  REQUIRE(launch.wait(30));
+  std::string err = launch.err();
+  INFO("stderr: " << err);
+  CHECK(launch.rc() != 0);
+  CHECK(lines_with(err, "the port is already in use").size() == 1);
+  CHECK(lines_with(err, "fanout launch: rank 0 exited with code 1").size() == 1);
+}
+
+TEST_CASE("ddp rank without a reachable master fails within the timeout") {
+  TinyRun run;
+  FanoutProcess rank1(concat(run.train_args(run.dir / "out", 3), concat(kDdp, {"--timeout", "2"})),
+                      rank_env(1, 2, free_port()), run.dir.path, "rank1");
+  REQUIRE(rank1.wait(30));
+  check_fails(rank1.rc(), rank1.err(), "cannot reach the master");
+  CHECK(rank1.seconds() < 10);
+  CHECK_FALSE(fs::exists(run.dir / "out"));
+}
+
+TEST_CASE("ddp without the launcher environment names the missing variable") {
+  TinyRun run;
+  std::vector<std::string> args = concat(run.train_args(run.dir / "out", 3), kDdp);
+  std::vector<std::string> all = rank_env(0, 1, free_port());
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+    CAPTURE(name);
+    std::vector<std::string> env = all;
+    env.push_back(name);  // unset this one
+    FanoutProcess p(args, env, run.dir.path, name);
+    REQUIRE(p.wait(30));
+    check_fails(p.rc(), p.err(), name);
+  }
+  FanoutProcess bad(args, concat(all, {"RANK=one"}), run.dir.path, "bad");
+  REQUIRE(bad.wait(30));
+  check_fails(bad.rc(), bad.err(), "RANK='one'");
+  CHECK_FALSE(fs::exists(run.dir / "out"));
+}
+
+TEST_CASE("launch without a command or with no processes fails") {
+  CliResult r = run_fanout({"launch", "--nproc-per-node", "2", "--"});
+  check_fails(r.rc, r.err, "give the command to run after --");
+  r = run_fanout({"launch", "--nproc-per-node", "2"});
+  check_fails(r.rc, r.err, "give the command to run after --");
+  r = run_fanout({"launch", "--nproc-per-node", "0", "--", "devices"});
+  check_fails(r.rc, r.err, "--nproc-per-node must be at least 1");
+  r = run_fanout({"launch", "--nproc-per-node", "2", "--nnodes", "2", "--", "devices"});
+  check_fails(r.rc, r.err, "needs --master-port");
+}
