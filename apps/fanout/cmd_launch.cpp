@@ -34,7 +34,9 @@ struct LaunchArgs {
 };
 
 std::atomic<int> g_signals{0};
-extern "C" void on_signal(int) { ++g_signals; }
+extern "C" void on_signal(int) {
+  ++g_signals;
+}
 
 // A free TCP port on this machine (single-node runs without --master-port).
 int free_port() {
@@ -65,8 +67,9 @@ int run_launch(LaunchArgs a) {
   FANOUT_CHECK(a.nproc >= 1, "--nproc-per-node must be at least 1");
   FANOUT_CHECK(a.nnodes >= 1, "--nnodes must be at least 1");
   FANOUT_CHECK(a.node_rank >= 0 && a.node_rank < a.nnodes, "--node-rank must be in [0, --nnodes)");
-  FANOUT_CHECK(!a.command.empty(), "give the command to run after --, e.g. "
-                                   "fanout launch --nproc-per-node 2 -- train --strategy ddp");
+  FANOUT_CHECK(!a.command.empty(),
+               "give the command to run after --, e.g. "
+               "fanout launch --nproc-per-node 2 -- train --strategy ddp");
   if (a.port == 0) {
     FANOUT_CHECK(a.nnodes == 1, "a multi-node launch needs --master-port (the same on every node)");
     a.port = free_port();
@@ -154,8 +157,8 @@ int run_launch(LaunchArgs a) {
       exit_code = 1;
       // The others notice through their collectives and say so themselves; any
       // still running after the grace period are killed.
-      kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(a.grace));
+      kill_at = Clock::now() +
+                std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.grace));
     }
   }
   return exit_code;

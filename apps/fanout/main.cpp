@@ -16,8 +16,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("fanout ") + FANOUT_VERSION);
   app.require_subcommand(1);
   std::vector<app::Command> commands = {
-      app::add_train_command(app),    app::add_devices_command(app), app::add_eval_command(app),
-      app::add_generate_command(app), app::add_bench_command(app),   app::add_launch_command(app),
+      app::add_train_command(app),       app::add_devices_command(app),
+      app::add_eval_command(app),        app::add_generate_command(app),
+      app::add_bench_command(app),       app::add_launch_command(app),
       app::add_walkthrough_command(app),
   };
   try {

@@ -1,5 +1,6 @@
 #include "apps/train/train_setup.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <thread>
@@ -69,6 +70,11 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     s.resume = checkpoint_read(dir);
     s.resume_dir = dir;
     train_options_merge(o, s.resume->state.flags, given);
+    // A ddp run's checkpoint resumes in one process too (the files are the same):
+    // ddp is kept only where the launcher's environment is present.
+    if (o.strategy == "ddp" && !given.count("strategy") && std::getenv("RANK") == nullptr) {
+      o.strategy = "dp";
+    }
     if (o.out.empty()) o.out = fs::path(dir).lexically_normal().parent_path().string();
   }
   // --- the model
@@ -101,6 +107,8 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
                " is not a multiple of --grad-accum ", o.grad_accum);
   s.micro_rows = o.batch_size / o.grad_accum;
   FANOUT_CHECK(o.steps > 0, "--steps must be positive, got ", o.steps);
+  FANOUT_CHECK(!s.resume || o.steps >= s.resume->state.step, "--steps ", o.steps,
+               " is below the resumed checkpoint's step ", s.resume ? s.resume->state.step : 0);
   FANOUT_CHECK(o.save_every >= 0, "--save-every must not be negative");
   FANOUT_CHECK(o.eval_every >= 0, "--eval-every must not be negative");
   FANOUT_CHECK(o.clip >= 0, "--clip must not be negative (0 turns clipping off)");
@@ -175,11 +183,17 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
                  ", which needs a vocabulary of at least ", kPad + 1, " tokens");
   }
   // Constructing loaders checks that the data holds at least one batch.
-  DataLoader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle, o.seed,
-             models::kIgnoreIndex);
+  DataLoader train_loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle,
+                          o.seed, models::kIgnoreIndex);
+  if (s.resume) train_loader.set_state(s.resume->state.data);  // the saved position must fit
   if (s.has_val) {
     DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on", false, 0,
                models::kIgnoreIndex);
+  }
+  if (!o.trace.empty()) {
+    fs::path parent = fs::path(o.trace).parent_path();
+    FANOUT_CHECK(parent.empty() || fs::is_directory(parent), "--trace ", o.trace,
+                 ": the folder does not exist");
   }
   // --- the run directory
   if (o.out.empty()) o.out = timestamp_dir();

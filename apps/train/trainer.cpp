@@ -66,6 +66,7 @@ parallel::HostBatch rank_rows(const Batch& b, const DdpEnv& ddp) {
   auto [first, count] = ddp.rows_of(b.B);
   return {count, b.T, b.inputs.data() + first * b.T, b.targets.data() + first * b.T};
 }
+parallel::HostBatch rank_rows(Batch&&, const DdpEnv&) = delete;  // would point into a temporary
 
 double evaluate(parallel::DataParallel& dp, const Setup& s, parallel::ProcessGroup* group) {
   DataLoader loader(s.val_data, s.micro_rows, s.o.seq_len, s.o.packing == "on", false, 0,
@@ -73,7 +74,8 @@ double evaluate(parallel::DataParallel& dp, const Setup& s, parallel::ProcessGro
   int64_t n = std::min(loader.batches_per_epoch(), kMaxEvalBatches);
   double sums[2] = {0, 0};  // loss sum, counted tokens
   for (int64_t i = 0; i < n; ++i) {
-    parallel::HostBatch hb = rank_rows(loader.next(), s.ddp);
+    Batch b = loader.next();  // must outlive hb, which points into it
+    parallel::HostBatch hb = rank_rows(b, s.ddp);
     if (hb.B == 0) continue;
     parallel::LossStats st = dp.evaluate(hb, models::kIgnoreIndex);
     sums[0] += st.loss_sum, sums[1] += static_cast<double>(st.count);
@@ -289,6 +291,8 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   }
   std::signal(SIGINT, previous);
   progress.finish();
+  // The checkpoint first: nothing after the last step may lose the run.
+  std::string final_dir = exit_code == 0 ? save("final", o.steps) : "";
   if (!o.trace.empty() && main_rank) {
     Trace::global().set_enabled(false);
     Trace::global().write(o.trace);
@@ -296,7 +300,6 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   }
   if (exit_code != 0) return exit_code;
 
-  std::string final_dir = save("final", o.steps);
   nlohmann::json summary = {
       {"steps", o.steps}, {"loss", last_loss}, {"out", o.out}, {"checkpoint", final_dir}};
   if (s.has_val) {

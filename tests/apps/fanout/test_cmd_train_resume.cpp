@@ -1,0 +1,153 @@
+// `fanout train --resume` through the real binary: a run resumed from its last
+// checkpoint ends bit-identical to one that never stopped (weights, AdamW moments,
+// data position and every logged loss, across an epoch boundary of shuffled data);
+// an explicit checkpoint directory resumes into a new --out; and a checkpoint saved
+// on two devices continues on one (and under zero1 on three) with the same losses.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "apps/train/checkpoint.h"
+#include "tests/apps/fanout/train_util.h"
+
+using namespace fanout;
+using namespace fanout::test;
+
+namespace {
+namespace fs = std::filesystem;
+
+// Two documents: 4 batches of 4 x 16 per epoch, so 6 steps start a second epoch.
+// Warmup 4 > 3 keeps the first 3 learning rates independent of --steps.
+std::vector<std::string> resume_run(const TrainFiles& f, const std::string& out,
+                                    std::vector<std::string> extra) {
+  std::vector<std::string> args = {
+      "--config",    f.config,       "--data", f.data,      "--devices",
+      "cpu:0,cpu:1", "--batch-size", "4",      "--seq-len", "16",
+      "--shuffle",   "--warmup",     "4",      "--out",     out};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+bool bits_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Checks that `lines` are steps first..last, each once.
+void check_steps(const std::vector<nlohmann::json>& lines, int64_t first, int64_t last) {
+  REQUIRE(static_cast<int64_t>(lines.size()) == last - first + 1);
+  for (int64_t s = first; s <= last; ++s) CHECK(lines[s - first]["step"].get<int64_t>() == s);
+}
+
+// Relative L2 distance of two weight sets.
+double weights_rel_l2(const std::string& a_dir, const std::string& b_dir) {
+  FlatWeights a = weights_concat(a_dir), b = weights_concat(b_dir);
+  REQUIRE(a.names == b.names);
+  double d2 = 0, b2 = 0;
+  for (size_t i = 0; i < a.values.size(); ++i) {
+    double d = double(a.values[i]) - b.values[i];
+    d2 += d * d, b2 += double(b.values[i]) * b.values[i];
+  }
+  return std::sqrt(d2 / b2);
+}
+
+// Run A: 6 steps in one go, checkpoints at 3 and 6.
+struct Uninterrupted {
+  TrainFiles f{2};
+  std::string a = f.dir / "A";
+  std::vector<nlohmann::json> lines;
+  Uninterrupted() {
+    CliResult r = train_cli(resume_run(f, a, {"--steps", "6", "--save-every", "3"}));
+    INFO("stderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    lines = metrics_steps(a + "/metrics.jsonl");
+    check_steps(lines, 1, 6);
+  }
+};
+}  // namespace
+
+TEST_CASE("train resumed with resume last is bit-identical to an uninterrupted run") {
+  Uninterrupted run;
+  std::string b = run.f.dir / "B";
+  CliResult r = train_cli(resume_run(run.f, b, {"--steps", "3"}));
+  INFO("stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  REQUIRE(train::checkpoint_read(b + "/final").state.step == 3);
+  r = train_cli({"--resume", "last", "--out", b, "--steps", "6"});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("resumed from " + b + "/final") != std::string::npos);
+
+  // The raw floats of every tensor, then the whole checkpoint.
+  FlatWeights wa = weights_concat(run.a + "/final"), wb = weights_concat(b + "/final");
+  CHECK(wa.names == wb.names);
+  CHECK(bits_equal(wa.values, wb.values));
+  train::Checkpoint ca = train::checkpoint_read(run.a + "/final");
+  train::Checkpoint cb = train::checkpoint_read(b + "/final");
+  CHECK(cb.state.step == 6);
+  CHECK(bits_equal(ca.params, cb.params));
+  CHECK(bits_equal(ca.exp_avg, cb.exp_avg));
+  CHECK(bits_equal(ca.exp_avg_sq, cb.exp_avg_sq));
+  CHECK(ca.state.data.epoch == 1);  // the run did cross into a second epoch
+  CHECK(cb.state.data.epoch == ca.state.data.epoch);
+  CHECK(cb.state.data.index == ca.state.data.index);
+  CHECK(cb.state.tokens_seen == ca.state.tokens_seen);
+
+  std::vector<nlohmann::json> lines = metrics_steps(b + "/metrics.jsonl");
+  check_steps(lines, 1, 6);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    CAPTURE(i);
+    CHECK(lines[i]["loss"].get<double>() == run.lines[i]["loss"].get<double>());
+    CHECK(lines[i]["grad_norm"].get<double>() == run.lines[i]["grad_norm"].get<double>());
+    CHECK(lines[i]["lr"].get<double>() == run.lines[i]["lr"].get<double>());
+  }
+}
+
+TEST_CASE("train resumes from an explicit checkpoint directory into a new out directory") {
+  Uninterrupted run;
+  std::vector<std::string> before = dir_list(run.a);
+  std::string c = run.f.dir / "C";
+  CliResult r = train_cli({"--resume", run.a + "/step-000003", "--out", c});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  // The saved flags (--steps 6, --save-every 3, the data) carry over; A is untouched.
+  CHECK(dir_list(c) == std::vector<std::string>{"final", "metrics.jsonl", "step-000006"});
+  CHECK(dir_list(run.a) == before);
+  CHECK(metrics_steps(run.a + "/metrics.jsonl").size() == 6);
+  std::vector<nlohmann::json> lines = metrics_steps(c + "/metrics.jsonl");
+  check_steps(lines, 4, 6);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    CHECK(lines[i]["loss"].get<double>() == run.lines[i + 3]["loss"].get<double>());
+  }
+  CHECK(bits_equal(weights_concat(run.a + "/final").values, weights_concat(c + "/final").values));
+}
+
+TEST_CASE("train resumes a two-device checkpoint on one device and under zero1 on three") {
+  Uninterrupted run;
+  struct Case {
+    std::string name;
+    std::vector<std::string> flags;
+  };
+  for (const Case& k : {Case{"one", {"--devices", "cpu:0"}},
+                        Case{"zero1", {"--devices", "cpu:0,cpu:1,cpu:2", "--strategy", "zero1"}}}) {
+    CAPTURE(k.name);
+    std::string out = run.f.dir / k.name;
+    std::vector<std::string> args = {"--resume", run.a + "/step-000003", "--out", out};
+    args.insert(args.end(), k.flags.begin(), k.flags.end());
+    CliResult r = train_cli(args);
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(r.out.find(k.flags[1]) != std::string::npos);  // the header names the devices
+    std::vector<nlohmann::json> lines = metrics_steps(out + "/metrics.jsonl");
+    check_steps(lines, 4, 6);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      CAPTURE(i);
+      double ours = lines[i]["loss"].get<double>(), ref = run.lines[i + 3]["loss"].get<double>();
+      CHECK(std::abs(ours - ref) <= 1e-5 * std::abs(ref));
+    }
+    CHECK(train::checkpoint_read(out + "/final").state.step == 6);
+    CHECK(weights_rel_l2(out + "/final", run.a + "/final") < 1e-5);
+  }
+}
