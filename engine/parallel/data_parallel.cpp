@@ -15,6 +15,18 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+
+// The replicas that got rows, and each replica's first row in the batch.
+std::pair<std::vector<int>, std::vector<int64_t>> layout_rows(const std::vector<int64_t>& rows) {
+  std::vector<int> active;
+  std::vector<int64_t> row0(rows.size(), 0);
+  int64_t at = 0;
+  for (size_t r = 0; r < rows.size(); at += rows[r], ++r) {
+    row0[r] = at;
+    if (rows[r] > 0) active.push_back(static_cast<int>(r));
+  }
+  return {active, row0};
+}
 }  // namespace
 
 std::string replica_lane(const std::vector<Device>& devices, int i, const std::string& what) {
@@ -195,12 +207,7 @@ LossStats DataParallel::forward_backward(const HostBatch& batch, int32_t ignore_
 
 LossStats DataParallel::step_on_replicas(const HostBatch& batch, const std::vector<int64_t>& rows,
                                          int32_t ignore_index, double normalizer, bool /*last*/) {
-  std::vector<int> active;
-  std::vector<int64_t> row0(size(), 0);
-  for (int r = 0, at = 0; r < size(); at += static_cast<int>(rows[r]), ++r) {
-    row0[r] = at;
-    if (rows[r] > 0) active.push_back(r);
-  }
+  auto [active, row0] = layout_rows(rows);
   pool_->run_on(active, [&](int r) {
     Slot& slot = *slots_[r];
     Replica& rep = *replicas_[r];
@@ -237,12 +244,7 @@ LossStats DataParallel::step_on_replicas(const HostBatch& batch, const std::vect
 LossStats DataParallel::step_faithful(const HostBatch& batch, const std::vector<int64_t>& rows,
                                       int32_t ignore_index, double normalizer, bool /*last*/) {
   int64_t T = batch.T, V = primary().vocab_size(), B = batch.B;
-  std::vector<int> active;
-  std::vector<int64_t> row0(size(), 0);
-  for (int r = 0, at = 0; r < size(); at += static_cast<int>(rows[r]), ++r) {
-    row0[r] = at;
-    if (rows[r] > 0) active.push_back(r);
-  }
+  auto [active, row0] = layout_rows(rows);
   // scatter + forward to logits on every replica
   pool_->run_on(active, [&](int r) {
     Slot& slot = *slots_[r];
@@ -380,12 +382,7 @@ void DataParallel::finish_step() {
 
 LossStats DataParallel::evaluate(const HostBatch& batch, int32_t ignore_index) {
   std::vector<int64_t> rows = split(batch.B);
-  std::vector<int> active;
-  std::vector<int64_t> row0(size(), 0);
-  for (int r = 0, at = 0; r < size(); at += static_cast<int>(rows[r]), ++r) {
-    row0[r] = at;
-    if (rows[r] > 0) active.push_back(r);
-  }
+  auto [active, row0] = layout_rows(rows);
   try {
     replicate();
     pool_->run_on(active, [&](int r) {
