@@ -5,6 +5,7 @@
 #include "engine/core/check.h"
 #include "ops/check_args.h"
 #include "ops/cpu/adamw.h"
+#include "ops/cuda/adamw.h"
 
 namespace fanout::ops {
 
@@ -35,7 +36,14 @@ void adamw_update(Stream& stream, const Tensor& params, const Tensor& grads, con
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::adamw_update_f32(stream.cuda_handle(), params.data<float>(), grads.data<float>(),
+                             m.data<float>(), v.data<float>(), n, config.lr, config.beta1,
+                             config.beta2, config.eps, config.weight_decay, step, grad_scale);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 

@@ -3,6 +3,7 @@
 #include "engine/core/check.h"
 #include "ops/check_args.h"
 #include "ops/cpu/attention.h"
+#include "ops/cuda/attention.h"
 
 namespace fanout::ops {
 
@@ -36,7 +37,14 @@ void attention_forward(Stream& stream, const Tensor& out, const Tensor& lse, con
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::attention_forward_f32(stream.cuda_handle(), out.data<float>(), lse.data<float>(),
+                                  q.data<float>(), k.data<float>(), v.data<float>(), B, Tq, Tk, H,
+                                  KV, D);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 
@@ -65,7 +73,15 @@ void attention_backward(Stream& stream, const Tensor& dq, const Tensor& dk, cons
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::attention_backward_f32(stream.cuda_handle(), dq.data<float>(), dk.data<float>(),
+                                   dv.data<float>(), dout.data<float>(), q.data<float>(),
+                                   k.data<float>(), v.data<float>(), out.data<float>(),
+                                   lse.data<float>(), B, T, H, KV, D);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 

@@ -3,6 +3,7 @@
 #include "engine/core/check.h"
 #include "ops/check_args.h"
 #include "ops/cpu/cross_entropy.h"
+#include "ops/cuda/cross_entropy.h"
 
 namespace fanout::ops {
 
@@ -22,7 +23,14 @@ void cross_entropy_forward(Stream& stream, const Tensor& stats, const Tensor& lo
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::cross_entropy_forward_f32(stream.cuda_handle(), stats.data<float>(),
+                                      logits.data<float>(), targets.data<int32_t>(), N, V,
+                                      ignore_index);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 
@@ -45,7 +53,14 @@ void cross_entropy_backward(Stream& stream, const Tensor& dlogits, const Tensor&
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::cross_entropy_backward_f32(stream.cuda_handle(), dlogits.data<float>(),
+                                       logits.data<float>(), targets.data<int32_t>(), N, V,
+                                       ignore_index, normalizer);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 

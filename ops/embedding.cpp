@@ -3,6 +3,7 @@
 #include "engine/core/check.h"
 #include "ops/check_args.h"
 #include "ops/cpu/embedding.h"
+#include "ops/cuda/embedding.h"
 
 namespace fanout::ops {
 
@@ -20,7 +21,13 @@ void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, con
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::embedding_forward_f32(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
+                                  table.data<float>(), N, C, V);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 
@@ -38,7 +45,13 @@ void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::embedding_backward_f32(stream.cuda_handle(), dtable.data<float>(), dout.data<float>(),
+                                   ids.data<int32_t>(), N, C, V);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 

@@ -5,6 +5,7 @@
 #include "engine/core/check.h"
 #include "ops/check_args.h"
 #include "ops/cpu/grad_norm.h"
+#include "ops/cuda/grad_norm.h"
 
 namespace fanout::ops {
 
@@ -18,7 +19,12 @@ void norm_squared(Stream& stream, const Tensor& out, const Tensor& buf, int64_t 
       stream.enqueue([=] { cpu::norm_squared(out.data<float>(), buf.data<float>(), n); });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::norm_squared_f32(stream.cuda_handle(), out.data<float>(), buf.data<float>(), n);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 

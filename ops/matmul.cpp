@@ -3,6 +3,7 @@
 #include "engine/core/check.h"
 #include "ops/check_args.h"
 #include "ops/cpu/matmul.h"
+#include "ops/cuda/matmul.h"
 
 namespace fanout::ops {
 
@@ -19,7 +20,13 @@ void matmul_forward(Stream& stream, const Tensor& out, const Tensor& inp, const 
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::matmul_forward_f32(stream.cuda_handle(), out.data<float>(), inp.data<float>(),
+                               weight.data<float>(), N, C, OC);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 
@@ -40,7 +47,14 @@ void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, 
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::matmul_backward_f32(stream.cuda_handle(), dinp.defined() ? dinp.data<float>() : nullptr,
+                                dweight.data<float>(), dout.data<float>(), inp.data<float>(),
+                                weight.data<float>(), N, C, OC);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 

@@ -3,6 +3,7 @@
 #include "engine/core/check.h"
 #include "ops/check_args.h"
 #include "ops/cpu/residual.h"
+#include "ops/cuda/residual.h"
 
 namespace fanout::ops {
 
@@ -18,7 +19,13 @@ void residual_forward(Stream& stream, const Tensor& out, const Tensor& a, const 
           [=] { cpu::residual_forward(out.data<float>(), a.data<float>(), b.data<float>(), n); });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::residual_forward_f32(stream.cuda_handle(), out.data<float>(), a.data<float>(),
+                                 b.data<float>(), n);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 
@@ -35,7 +42,13 @@ void residual_backward(Stream& stream, const Tensor& da, const Tensor& db, const
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::residual_backward_f32(stream.cuda_handle(), da.data<float>(), db.data<float>(),
+                                  dout.data<float>(), n);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 

@@ -3,6 +3,7 @@
 #include "engine/core/check.h"
 #include "ops/check_args.h"
 #include "ops/cpu/rmsnorm.h"
+#include "ops/cuda/rmsnorm.h"
 
 namespace fanout::ops {
 
@@ -21,7 +22,13 @@ void rmsnorm_forward(Stream& stream, const Tensor& out, const Tensor& rstd, cons
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::rmsnorm_forward_f32(stream.cuda_handle(), out.data<float>(), rstd.data<float>(),
+                                inp.data<float>(), weight.data<float>(), N, C, eps);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 
@@ -43,7 +50,14 @@ void rmsnorm_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight,
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::rmsnorm_backward_f32(stream.cuda_handle(), dinp.data<float>(), dweight.data<float>(),
+                                 dout.data<float>(), inp.data<float>(), weight.data<float>(),
+                                 rstd.data<float>(), N, C);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 

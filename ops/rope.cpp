@@ -3,6 +3,7 @@
 #include "engine/core/check.h"
 #include "ops/check_args.h"
 #include "ops/cpu/rope.h"
+#include "ops/cuda/rope.h"
 
 namespace fanout::ops {
 
@@ -20,7 +21,13 @@ void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t 
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::rope_forward_f32(stream.cuda_handle(), out.data<float>(), inp.data<float>(), B, T, H, D,
+                             theta, pos_offset);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 
@@ -38,7 +45,13 @@ void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::rope_backward_f32(stream.cuda_handle(), dinp.data<float>(), dout.data<float>(), B, T, H,
+                              D, theta, pos_offset);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 

@@ -3,6 +3,7 @@
 #include "engine/core/check.h"
 #include "ops/check_args.h"
 #include "ops/cpu/swiglu.h"
+#include "ops/cuda/swiglu.h"
 
 namespace fanout::ops {
 
@@ -18,7 +19,13 @@ void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const
           [=] { cpu::swiglu_forward(out.data<float>(), gate.data<float>(), up.data<float>(), n); });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::swiglu_forward_f32(stream.cuda_handle(), out.data<float>(), gate.data<float>(),
+                               up.data<float>(), n);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 
@@ -38,7 +45,13 @@ void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, con
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(false, op, ": the CUDA kernel is not built yet");
+#ifdef FANOUT_HAS_CUDA
+      cuda::swiglu_backward_f32(stream.cuda_handle(), dgate.data<float>(), dup.data<float>(),
+                                dout.data<float>(), gate.data<float>(), up.data<float>(), n);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
   }
 }
 

@@ -1,0 +1,22 @@
+#pragma once
+// CUDA launchers behind ops/embedding.h (embedding.cu), queued on a cudaStream_t
+// passed as void*.
+//
+// Token ids outside [0, V) cannot throw from a kernel: the trainer checks ids on
+// the host before upload (token_data_check_vocab). Here forward fills such a row
+// with NaN (so the loss shows it) and backward skips it.
+
+#include <cstdint>
+
+namespace fanout::ops::cuda {
+
+// out (N, C) = table (V, C)[ids (N)].
+void embedding_forward_f32(void* stream, float* out, const int32_t* ids, const float* table,
+                           int64_t N, int64_t C, int64_t V);
+
+// dtable (V, C) += scatter of dout (N, C) by ids (N), with atomicAdd: repeated ids
+// accumulate, in an order that varies from run to run.
+void embedding_backward_f32(void* stream, float* dtable, const float* dout, const int32_t* ids,
+                            int64_t N, int64_t C, int64_t V);
+
+}  // namespace fanout::ops::cuda

@@ -1,0 +1,93 @@
+// GPU: the N-devices-equal-one invariant on one GPU: two replicas on
+// "cuda:0,cuda:0" against one cuda:0 on the whole batch, for every parallel mode
+// (local copies, not NCCL, which refuses two ranks on one GPU); and one cuda:0
+// against one cpu:0.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "models/llama_layout.h"
+#include "tests/engine/parallel/parallel_test_util.h"
+
+using namespace fanout;
+using namespace fanout::test;
+using parallel::DataParallelOptions;
+using parallel::LossOn;
+using parallel::Strategy;
+
+namespace {
+
+struct CudaMode {
+  const char* name;
+  Strategy strategy;
+  LossOn loss_on;
+  bool overlap;
+};
+const CudaMode kCudaModes[] = {
+    {"dp", Strategy::dp, LossOn::output, false},
+    {"dp --loss-on replicas", Strategy::dp, LossOn::replicas, false},
+    {"dp --overlap", Strategy::dp, LossOn::output, true},
+    {"dp --loss-on replicas --overlap", Strategy::dp, LossOn::replicas, true},
+    {"zero1", Strategy::zero1, LossOn::replicas, false},
+    {"zero1 --loss-on output", Strategy::zero1, LossOn::output, false},
+    {"zero1 --overlap", Strategy::zero1, LossOn::replicas, true},
+};
+
+DataParallelOptions cuda_options(const CudaMode& m, const std::string& devices) {
+  DataParallelOptions o;
+  o.device_ids = devices_parse(devices);
+  o.strategy = m.strategy;
+  o.loss_on = m.loss_on;
+  o.overlap = m.overlap;
+  o.bucket_mb = 0.02;  // four buckets for the test model
+  return o;
+}
+
+// Losses and grad norms within rtol, each parameter's gradient within grad_rel
+// (relative L2), the AdamW updates within update_rel.
+void check_close_runs(const RunResult& got, const RunResult& ref, double rtol, double grad_rel,
+                      double update_rel) {
+  models::LlamaLayout layout(small_test_config());
+  REQUIRE(got.losses.size() == ref.losses.size());
+  for (size_t s = 0; s < ref.losses.size(); ++s) {
+    CAPTURE(s);
+    CHECK(std::abs(got.losses[s] - ref.losses[s]) <= rtol * std::abs(ref.losses[s]));
+    CHECK(std::abs(got.grad_norms[s] - ref.grad_norms[s]) <= rtol * ref.grad_norms[s]);
+  }
+  for (const models::ParamInfo& p : layout.params()) {
+    std::vector<float> a(got.first_grads.begin() + p.offset,
+                         got.first_grads.begin() + p.offset + p.numel);
+    std::vector<float> b(ref.first_grads.begin() + p.offset,
+                         ref.first_grads.begin() + p.offset + p.numel);
+    CAPTURE(p.name);
+    CHECK(rel_l2(a, b) <= grad_rel);
+  }
+  auto du = difference(got.final_params, got.init_params);
+  auto dr = difference(ref.final_params, ref.init_params);
+  CHECK(rel_l2(du, dr) <= update_rel);
+  CHECK(rel_l2(dr, std::vector<float>(dr.size(), 0.0f)) > 0);  // the reference moved
+}
+
+}  // namespace
+
+TEST_CASE("every mode on cuda:0,cuda:0 equals one cuda:0 on the whole batch") {
+  TestBatch batch = make_batch(5, 8, 61, 31, {1, 0, 4, 2, 0});
+  DataParallelOptions one;
+  one.device_ids = {cuda_device(0)};
+  const RunResult ref = run_data_parallel(one, batch);
+  REQUIRE(ref.losses[2] < ref.losses[0]);  // training does something
+  for (const CudaMode& m : kCudaModes) {
+    CAPTURE(m.name);
+    check_close_runs(run_data_parallel(cuda_options(m, "cuda:0,cuda:0"), batch), ref, 1e-5, 1e-5,
+                     1e-3);
+  }
+}
+
+TEST_CASE("one cuda:0 equals one cpu:0 on the same batch") {
+  TestBatch batch = make_batch(4, 8, 61, 32, {0, 1, 2, 3});
+  DataParallelOptions cpu, gpu;
+  cpu.device_ids = {cpu_device(0)};
+  gpu.device_ids = {cuda_device(0)};
+  check_close_runs(run_data_parallel(gpu, batch), run_data_parallel(cpu, batch), 1e-5, 1e-4, 1e-3);
+}

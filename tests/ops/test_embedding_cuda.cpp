@@ -1,0 +1,69 @@
+// GPU: embedding gather and scatter-add on cuda:0 against the CPU dispatcher,
+// with repeated ids, and the documented handling of an out-of-range id.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "ops/embedding.h"
+#include "tests/ops/cuda_op_test_util.h"
+
+using namespace fanout;
+using namespace fanout::test;
+
+namespace {
+struct EmbeddingSizes {
+  int64_t N, C, V;
+};
+// V < N repeats ids; the last case has thousands of tokens per table row.
+const EmbeddingSizes kEmbeddingSizes[] = {
+    {1, 1, 1}, {7, 5, 3}, {300, 129, 50}, {4096, 64, 1000}, {8192, 33, 2}};
+}  // namespace
+
+TEST_CASE("embedding forward and backward on cuda:0 match the CPU") {
+  CpuAndCuda s;
+  for (auto [N, C, V] : kEmbeddingSizes) {
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(V);
+    auto ids_host = random_ids(N, 1, 0, static_cast<int32_t>(V - 1));
+    TensorPair ids = i32_pair(s, ids_host, {N});
+    TensorPair table = f32_pair(s, random_vector(V * C, 2), {V, C});
+    TensorPair out = f32_pair(s, random_vector(N * C, 3), {N, C});
+    ops::embedding_forward(s.cpu, out.cpu, ids.cpu, table.cpu, N, C, V);
+    ops::embedding_forward(s.gpu, out.gpu, ids.gpu, table.gpu, N, C, V);
+    check_cuda_equals_cpu(s, out, "out");
+
+    TensorPair dout = f32_pair(s, random_vector(N * C, 4), {N, C});
+    TensorPair dtable = f32_pair(s, random_vector(V * C, 5), {V, C});  // accumulated into
+    ops::embedding_backward(s.cpu, dtable.cpu, dout.cpu, ids.cpu, N, C, V);
+    ops::embedding_backward(s.gpu, dtable.gpu, dout.gpu, ids.gpu, N, C, V);
+    // atomicAdd order differs from the CPU's token order: sums of up to N/V terms.
+    check_cuda_matches_cpu(s, dtable, 1e-5, 1e-4, "dtable");
+  }
+}
+
+TEST_CASE("embedding on cuda:0 writes NaN for an out-of-range id and skips it in backward") {
+  CpuAndCuda s;
+  const int64_t N = 3, C = 4, V = 5;
+  Tensor ids =
+      tensor_from_vector(s.gpu, std::vector<int32_t>{1, 5, -1}, {N}, DType::i32, cuda_device(0));
+  Tensor table = f32_tensor(s.gpu, random_vector(V * C, 6), {V, C});
+  Tensor out = Tensor::empty({N, C}, DType::f32, cuda_device(0));
+  ops::embedding_forward(s.gpu, out, ids, table, N, C, V);
+  auto y = f32_values(s.gpu, out);
+  auto t = f32_values(s.gpu, table);
+  for (int64_t c = 0; c < C; ++c) {
+    CHECK(y[c] == t[1 * C + c]);
+    CHECK(std::isnan(y[C + c]));
+    CHECK(std::isnan(y[2 * C + c]));
+  }
+  Tensor dtable = f32_tensor(s.gpu, std::vector<double>(V * C, 0.0), {V, C});
+  Tensor dout = f32_tensor(s.gpu, std::vector<double>(N * C, 1.0), {N, C});
+  ops::embedding_backward(s.gpu, dtable, dout, ids, N, C, V);
+  auto dt = f32_values(s.gpu, dtable);
+  double total = 0;
+  for (double g : dt) total += g;
+  CHECK(total == C);  // only id 1's row received its gradient
+  CHECK(dt[1 * C] == 1.0);
+}

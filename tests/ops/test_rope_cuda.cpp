@@ -1,0 +1,47 @@
+// GPU: RoPE forward and backward on cuda:0 against the CPU dispatcher, out of
+// place and in place, with position offsets up to a long context.
+
+#include <doctest/doctest.h>
+
+#include "ops/rope.h"
+#include "tests/ops/cuda_op_test_util.h"
+
+using namespace fanout;
+using namespace fanout::test;
+
+namespace {
+struct RopeCase {
+  int64_t B, T, H, D;
+  double theta;
+  int64_t pos_offset;
+};
+const RopeCase kRopeCases[] = {{1, 1, 1, 2, 10000.0, 0},         {2, 3, 5, 6, 10000.0, 0},
+                               {3, 17, 4, 64, 10000.0, 1000},    {1, 5, 3, 10, 500000.0, 7},
+                               {2, 300, 8, 128, 500000.0, 4000}, {1, 1, 32, 128, 10000.0, 8191}};
+}  // namespace
+
+TEST_CASE("rope forward and backward on cuda:0 match the CPU, in place too") {
+  CpuAndCuda s;
+  for (auto [B, T, H, D, theta, pos] : kRopeCases) {
+    for (bool in_place : {false, true}) {
+      CAPTURE(B);
+      CAPTURE(T);
+      CAPTURE(H);
+      CAPTURE(D);
+      CAPTURE(pos);
+      CAPTURE(in_place);
+      const int64_t n = B * T * H * D;
+      TensorPair x = f32_pair(s, random_vector(n, 1), {B, T, H, D});
+      TensorPair y = in_place ? x : f32_pair(s, random_vector(n, 2), {B, T, H, D});
+      ops::rope_forward(s.cpu, y.cpu, x.cpu, B, T, H, D, theta, pos);
+      ops::rope_forward(s.gpu, y.gpu, x.gpu, B, T, H, D, theta, pos);
+      check_cuda_matches_cpu(s, y, 1e-5, 1e-6, "out");
+
+      TensorPair dy = f32_pair(s, random_vector(n, 3), {B, T, H, D});
+      TensorPair dx = in_place ? dy : f32_pair(s, random_vector(n, 4), {B, T, H, D});
+      ops::rope_backward(s.cpu, dx.cpu, dy.cpu, B, T, H, D, theta, pos);
+      ops::rope_backward(s.gpu, dx.gpu, dy.gpu, B, T, H, D, theta, pos);
+      check_cuda_matches_cpu(s, dx, 1e-5, 1e-6, "dinp");
+    }
+  }
+}
