@@ -1,5 +1,7 @@
 #include "ops/cpu/attention.h"
 
+#include "ops/cpu/vec_exp.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -77,35 +79,10 @@ Real max_row(const Real* p, int64_t n) {
 }
 
 // p[0:n) <- exp(p[0:n) - shift), with shift at least max p up to rounding (a row max
-// or log-sum-exp). A libm call per score cost as much as both GEMMs, so the float
-// version is Cephes' expf written for the vectoriser: x = n ln2 + r with |r| <= ln2/2,
-// exp(r) by a polynomial, 2^n built in the exponent bits; within 2 ulp. Below kMin it
-// gives 0 (exp < 3e-38 next to a row sum >= 1), which keeps 2^n a normal number; NaN
-// stays NaN. The selects are integer masks: float ones would stop the vectoriser.
-// Double keeps std::exp, so the tests' 1e-12 formulas hold.
+// or log-sum-exp). Float goes through exp_vec (vec_exp.h): below -86.5 it gives 0,
+// harmless next to a row sum >= 1. Double keeps std::exp, so the tests' formulas hold.
 void exp_shifted(float* p, int64_t n, float shift) {
-  constexpr float kMin = -86.5f;
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln2 = hi + lo
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  for (int64_t j = 0; j < n; ++j) {
-    const float x = p[j] - shift;
-    const int32_t keep = x < kMin ? 0 : -1;
-    const float xc = std::bit_cast<float>((std::bit_cast<int32_t>(x) & keep) |
-                                          (std::bit_cast<int32_t>(kMin) & ~keep));
-    const float t = xc * kLog2e + kRound;
-    const float fn = t - kRound;  // round(xc / ln2)
-    const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
-    const float r = (xc - fn * kLn2Hi) - fn * kLn2Lo;
-    float y = 1.9875691500e-4f;
-    y = y * r + 1.3981999507e-3f;
-    y = y * r + 8.3334519073e-3f;
-    y = y * r + 4.1665795894e-2f;
-    y = y * r + 1.6666665459e-1f;
-    y = y * r + 5.0000001201e-1f;
-    y = y * r * r + r + 1.0f;
-    p[j] = y * std::bit_cast<float>(((ni + 127) << 23) & keep);  // y 2^n, or 0
-  }
+  for (int64_t j = 0; j < n; ++j) p[j] = exp_vec(p[j] - shift);
 }
 
 void exp_shifted(double* p, int64_t n, double shift) {
