@@ -1,5 +1,6 @@
 #include "engine/core/device.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "engine/core/check.h"
@@ -77,11 +78,9 @@ std::vector<Device> devices_parse(std::string_view list) {
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
-  bool any_bare = false, any_concrete = false;
-  for (const Device& d : out) (d.is_bare() ? any_bare : any_concrete) = true;
+  bool any_bare = std::any_of(out.begin(), out.end(), [](const Device& d) { return d.is_bare(); });
   FANOUT_CHECK(!(any_bare && out.size() > 1), "bad device list '", std::string(list),
                "': a bare kind (cpu or cuda) must stand alone");
-  (void)any_concrete;
   return out;
 }
 
