@@ -9,7 +9,8 @@ namespace fanout::train {
   X("preset", preset)                                                                             \
   X("config", config)                                                                             \
   X("init", init)                                                                                 \
-  X("data", data) X("val-data", val_data) X("packing", packing) X("shuffle", shuffle)             \
+  X("data", data)                                                                                 \
+  X("val-data", val_data) X("packing", packing) X("shuffle", shuffle)                             \
       X("output-device", output_device) X("strategy", strategy) X("loss-on", loss_on)             \
           X("overlap", overlap) X("bucket-mb", bucket_mb) X("batch-size", batch_size)             \
               X("seq-len", seq_len) X("grad-accum", grad_accum)                                   \

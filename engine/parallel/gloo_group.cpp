@@ -70,8 +70,8 @@ class GlooGroup final : public ProcessGroup {
       run("all-reduce", [&] {
         gloo::AllreduceOptions o(context_);
         o.setOutput(p, static_cast<size_t>(end - begin));
-        o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
-            &gloo::sum<float>));
+        o.setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
         o.setTag(kGradTag);
         gloo::allreduce(o);
       });

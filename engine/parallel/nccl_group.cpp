@@ -18,10 +18,10 @@ namespace fanout::parallel {
 #ifdef FANOUT_HAS_NCCL
 namespace {
 
-#define FANOUT_NCCL_GROUP_CHECK(expr)                                                         \
-  do {                                                                                       \
-    ncclResult_t fanout_res_ = (expr);                                                       \
-    if (fanout_res_ != ncclSuccess) fail(#expr, ncclGetErrorString(fanout_res_));            \
+#define FANOUT_NCCL_GROUP_CHECK(expr)                                             \
+  do {                                                                            \
+    ncclResult_t fanout_res_ = (expr);                                            \
+    if (fanout_res_ != ncclSuccess) fail(#expr, ncclGetErrorString(fanout_res_)); \
   } while (0)
 
 class NcclGroup final : public ProcessGroup {
@@ -62,7 +62,8 @@ class NcclGroup final : public ProcessGroup {
   void all_reduce_host(double* values, int64_t n) override {
     FANOUT_ASSERT(n <= 64, "too many host scalars");
     FANOUT_CUDA_CHECK(cudaMemcpy(scratch_, values, n * sizeof(double), cudaMemcpyHostToDevice));
-    FANOUT_NCCL_GROUP_CHECK(ncclAllReduce(scratch_, scratch_, n, ncclDouble, ncclSum, comm_, nullptr));
+    FANOUT_NCCL_GROUP_CHECK(
+        ncclAllReduce(scratch_, scratch_, n, ncclDouble, ncclSum, comm_, nullptr));
     FANOUT_CUDA_CHECK(cudaMemcpy(values, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost));
   }
 

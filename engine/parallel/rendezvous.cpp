@@ -37,7 +37,8 @@ bool write_all(int fd, const void* data, size_t n) {
 
 std::vector<char> encode(char type, const std::string& key, const std::vector<char>& value) {
   std::vector<char> m(1 + 4 + key.size() + 4 + value.size());
-  uint32_t kl = htonl(static_cast<uint32_t>(key.size())), vl = htonl(static_cast<uint32_t>(value.size()));
+  uint32_t kl = htonl(static_cast<uint32_t>(key.size())),
+           vl = htonl(static_cast<uint32_t>(value.size()));
   m[0] = type;
   std::memcpy(&m[1], &kl, 4);
   std::memcpy(&m[5], key.data(), key.size());
@@ -128,7 +129,9 @@ class RendezvousServer {
 
   void handle(int fd, Client& c, char type, const std::string& key, std::vector<char> value) {
     switch (type) {
-      case 'H': c.rank = std::stoi(key); break;
+      case 'H':
+        c.rank = std::stoi(key);
+        break;
       case 'S':
         store_[key] = std::move(value);
         for (auto& [ofd, oc] : clients_) flush(ofd, oc);
@@ -143,7 +146,9 @@ class RendezvousServer {
         reply(fd, std::vector<char>(list.begin(), list.end()));
         break;
       }
-      case 'B': c.bye = true; break;
+      case 'B':
+        c.bye = true;
+        break;
     }
   }
 

@@ -17,6 +17,26 @@ models::LlamaConfig small_test_config() {
   return c;
 }
 
+const std::vector<ParallelMode> kParallelModes = {
+    {"dp", parallel::Strategy::dp, parallel::LossOn::output, false},
+    {"dp --loss-on replicas", parallel::Strategy::dp, parallel::LossOn::replicas, false},
+    {"dp --overlap", parallel::Strategy::dp, parallel::LossOn::output, true},
+    {"dp --loss-on replicas --overlap", parallel::Strategy::dp, parallel::LossOn::replicas, true},
+    {"zero1", parallel::Strategy::zero1, parallel::LossOn::replicas, false},
+    {"zero1 --loss-on output", parallel::Strategy::zero1, parallel::LossOn::output, false},
+    {"zero1 --overlap", parallel::Strategy::zero1, parallel::LossOn::replicas, true},
+};
+
+parallel::DataParallelOptions mode_options(const ParallelMode& m, const std::string& devices) {
+  parallel::DataParallelOptions o;
+  o.device_ids = devices_parse(devices);
+  o.strategy = m.strategy;
+  o.loss_on = m.loss_on;
+  o.overlap = m.overlap;
+  o.bucket_mb = 0.02;
+  return o;
+}
+
 int64_t TestBatch::counted() const {
   int64_t n = 0;
   for (int32_t t : targets) n += t >= 0;

@@ -22,6 +22,17 @@ struct TestBatch {
 TestBatch make_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed,
                      const std::vector<int64_t>& pad = {});
 
+// Every parallel mode the invariant is tested for.
+struct ParallelMode {
+  const char* name;
+  parallel::Strategy strategy;
+  parallel::LossOn loss_on;
+  bool overlap;
+};
+extern const std::vector<ParallelMode> kParallelModes;
+// Options for a mode on `devices`; bucket_mb 0.02 cuts the test model into four buckets.
+parallel::DataParallelOptions mode_options(const ParallelMode& m, const std::string& devices);
+
 struct RunResult {
   std::vector<double> losses;      // per step, before the update
   std::vector<double> grad_norms;  // per step, before clipping

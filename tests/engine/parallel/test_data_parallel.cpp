@@ -21,33 +21,6 @@ using parallel::Strategy;
 
 namespace {
 
-struct Mode {
-  const char* name;
-  Strategy strategy;
-  LossOn loss_on;
-  bool overlap;
-};
-// bucket_mb 0.02 cuts the test model's gradients into four buckets.
-const Mode kModes[] = {
-    {"dp", Strategy::dp, LossOn::output, false},
-    {"dp --loss-on replicas", Strategy::dp, LossOn::replicas, false},
-    {"dp --overlap", Strategy::dp, LossOn::output, true},
-    {"dp --loss-on replicas --overlap", Strategy::dp, LossOn::replicas, true},
-    {"zero1", Strategy::zero1, LossOn::replicas, false},
-    {"zero1 --loss-on output", Strategy::zero1, LossOn::output, false},
-    {"zero1 --overlap", Strategy::zero1, LossOn::replicas, true},
-};
-
-DataParallelOptions options_for(const Mode& m, const std::string& devices) {
-  DataParallelOptions o;
-  o.device_ids = devices_parse(devices);
-  o.strategy = m.strategy;
-  o.loss_on = m.loss_on;
-  o.overlap = m.overlap;
-  o.bucket_mb = 0.02;
-  return o;
-}
-
 const RunResult& reference(const TestBatch& batch) {
   static std::map<std::pair<int64_t, uint64_t>, RunResult> cache;
   uint64_t key = 0;
@@ -90,11 +63,11 @@ TEST_CASE("every mode on 2 3 and 4 CPU devices equals one device on the whole ba
   TestBatch batch = make_batch(10, 8, 61, 11, {0, 3, 7, 1, 0, 5, 2, 8, 4, 6});
   const RunResult& ref = reference(batch);
   REQUIRE(ref.losses[2] < ref.losses[0]);  // training does something
-  for (const Mode& m : kModes) {
+  for (const ParallelMode& m : kParallelModes) {
     for (const char* devices : {"cpu:0,cpu:1", "cpu:0,cpu:1,cpu:2", "cpu:0,cpu:1,cpu:2,cpu:3"}) {
       CAPTURE(m.name);
       CAPTURE(devices);
-      check_equivalent(run_data_parallel(options_for(m, devices), batch), ref);
+      check_equivalent(run_data_parallel(mode_options(m, devices), batch), ref);
     }
   }
 }
@@ -102,18 +75,18 @@ TEST_CASE("every mode on 2 3 and 4 CPU devices equals one device on the whole ba
 TEST_CASE("five rows on two devices split 3 and 2 and equal one device in every mode") {
   TestBatch batch = make_batch(5, 8, 61, 12, {1, 0, 4, 2, 0});
   const RunResult& ref = reference(batch);
-  for (const Mode& m : kModes) {
+  for (const ParallelMode& m : kParallelModes) {
     CAPTURE(m.name);
-    check_equivalent(run_data_parallel(options_for(m, "cpu:0,cpu:1"), batch), ref);
+    check_equivalent(run_data_parallel(mode_options(m, "cpu:0,cpu:1"), batch), ref);
   }
 }
 
 TEST_CASE("a batch of 2 on 4 devices uses two replicas and equals one device") {
   TestBatch batch = make_batch(2, 8, 61, 13, {3, 0});
   const RunResult& ref = reference(batch);
-  for (const Mode& m : kModes) {
+  for (const ParallelMode& m : kParallelModes) {
     CAPTURE(m.name);
-    check_equivalent(run_data_parallel(options_for(m, "cpu:0,cpu:1,cpu:2,cpu:3"), batch), ref);
+    check_equivalent(run_data_parallel(mode_options(m, "cpu:0,cpu:1,cpu:2,cpu:3"), batch), ref);
   }
 }
 
@@ -121,23 +94,23 @@ TEST_CASE(
     "output_device other than device_ids[0] and device order cpu:2 cpu:0 keep the invariant") {
   TestBatch batch = make_batch(6, 8, 61, 14, {0, 2, 0, 5, 1, 0});
   const RunResult& ref = reference(batch);
-  for (const Mode& m : kModes) {
+  for (const ParallelMode& m : kParallelModes) {
     CAPTURE(m.name);
-    DataParallelOptions o = options_for(m, "cpu:0,cpu:1");
+    DataParallelOptions o = mode_options(m, "cpu:0,cpu:1");
     o.output_device = cpu_device(5);
     check_equivalent(run_data_parallel(o, batch), ref);
-    check_equivalent(run_data_parallel(options_for(m, "cpu:2,cpu:0"), batch), ref);
+    check_equivalent(run_data_parallel(mode_options(m, "cpu:2,cpu:0"), batch), ref);
   }
 }
 
 TEST_CASE("explicit chunk sizes including an idle primary keep the invariant") {
   TestBatch batch = make_batch(5, 8, 61, 15, {2, 0, 1, 0, 3});
   const RunResult& ref = reference(batch);
-  for (const Mode& m : kModes) {
+  for (const ParallelMode& m : kParallelModes) {
     for (std::vector<int64_t> chunks : {std::vector<int64_t>{1, 4}, std::vector<int64_t>{0, 5}}) {
       CAPTURE(m.name);
       CAPTURE(chunks[0]);
-      DataParallelOptions o = options_for(m, "cpu:0,cpu:1");
+      DataParallelOptions o = mode_options(m, "cpu:0,cpu:1");
       o.chunk_sizes = chunks;
       check_equivalent(run_data_parallel(o, batch), ref);
     }
@@ -147,8 +120,8 @@ TEST_CASE("explicit chunk sizes including an idle primary keep the invariant") {
 TEST_CASE("two replicas on one device equal one device") {
   TestBatch batch = make_batch(4, 8, 61, 16, {0, 1, 2, 3});
   const RunResult& ref = reference(batch);
-  for (const Mode& m : kModes) {
+  for (const ParallelMode& m : kParallelModes) {
     CAPTURE(m.name);
-    check_equivalent(run_data_parallel(options_for(m, "cpu:0,cpu:0"), batch), ref);
+    check_equivalent(run_data_parallel(mode_options(m, "cpu:0,cpu:0"), batch), ref);
   }
 }

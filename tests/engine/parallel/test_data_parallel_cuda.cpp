@@ -18,32 +18,6 @@ using parallel::Strategy;
 
 namespace {
 
-struct CudaMode {
-  const char* name;
-  Strategy strategy;
-  LossOn loss_on;
-  bool overlap;
-};
-const CudaMode kCudaModes[] = {
-    {"dp", Strategy::dp, LossOn::output, false},
-    {"dp --loss-on replicas", Strategy::dp, LossOn::replicas, false},
-    {"dp --overlap", Strategy::dp, LossOn::output, true},
-    {"dp --loss-on replicas --overlap", Strategy::dp, LossOn::replicas, true},
-    {"zero1", Strategy::zero1, LossOn::replicas, false},
-    {"zero1 --loss-on output", Strategy::zero1, LossOn::output, false},
-    {"zero1 --overlap", Strategy::zero1, LossOn::replicas, true},
-};
-
-DataParallelOptions cuda_options(const CudaMode& m, const std::string& devices) {
-  DataParallelOptions o;
-  o.device_ids = devices_parse(devices);
-  o.strategy = m.strategy;
-  o.loss_on = m.loss_on;
-  o.overlap = m.overlap;
-  o.bucket_mb = 0.02;  // four buckets for the test model
-  return o;
-}
-
 // Losses and grad norms within rtol, each parameter's gradient within grad_rel
 // (relative L2), the AdamW updates within update_rel.
 void check_close_runs(const RunResult& got, const RunResult& ref, double rtol, double grad_rel,
@@ -77,9 +51,9 @@ TEST_CASE("every mode on cuda:0,cuda:0 equals one cuda:0 on the whole batch") {
   one.device_ids = {cuda_device(0)};
   const RunResult ref = run_data_parallel(one, batch);
   REQUIRE(ref.losses[2] < ref.losses[0]);  // training does something
-  for (const CudaMode& m : kCudaModes) {
+  for (const ParallelMode& m : kParallelModes) {
     CAPTURE(m.name);
-    check_close_runs(run_data_parallel(cuda_options(m, "cuda:0,cuda:0"), batch), ref, 1e-5, 1e-5,
+    check_close_runs(run_data_parallel(mode_options(m, "cuda:0,cuda:0"), batch), ref, 1e-5, 1e-5,
                      1e-3);
   }
 }
