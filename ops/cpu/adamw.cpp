@@ -1,5 +1,7 @@
 #include "ops/cpu/adamw.h"
 
+#include "ops/cpu/parallel.h"
+
 #include <cmath>
 
 #include <tbb/blocked_range.h>
@@ -37,7 +39,7 @@ void adamw_update(T* params, const T* grads, T* m, T* v, int64_t n, double lr, d
       v[i] = vi;
     }
   };
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, 4096), update);
+  parallel_for_blocked(tbb::blocked_range<int64_t>(0, n, 4096), update);
 }
 
 template void adamw_update<float>(float*, const float*, float*, float*, int64_t, double, double,

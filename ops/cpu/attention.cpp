@@ -1,5 +1,7 @@
 #include "ops/cpu/attention.h"
 
+#include "ops/cpu/parallel.h"
+
 #include "ops/cpu/vec_exp.h"
 
 #include <algorithm>
@@ -118,7 +120,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
   const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(D)));
   const int64_t ldq = H * D, ldk = KV * D;
   Scratch<Real> scratch(std::vector<Real>(std::min(kPanel, Tq) * Tk));
-  tbb::parallel_for(int64_t{0}, B * H, [&](int64_t task) {
+  parallel_for_index(int64_t{0}, B * H, [&](int64_t task) {
     const int64_t b = task / H, h = task % H, kh = h / group;
     const Real* Q = q + b * Tq * ldq + h * D;   // (Tq, D), row stride H*D
     const Real* K = k + b * Tk * ldk + kh * D;  // (Tk, D), row stride KV*D
@@ -164,7 +166,7 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
   const int64_t ldq = H * D, ldk = KV * D;
   const int64_t panel = std::min(kPanel, T);
   Scratch<Real> scratch(std::vector<Real>(2 * panel * T + panel));
-  tbb::parallel_for(int64_t{0}, B * KV, [&](int64_t task) {
+  parallel_for_index(int64_t{0}, B * KV, [&](int64_t task) {
     const int64_t b = task / KV, kh = task % KV;
     const Real* K = k + b * T * ldk + kh * D;  // (T, D), row stride KV*D
     const Real* V = v + b * T * ldk + kh * D;

@@ -1,5 +1,7 @@
 #include "ops/cpu/cross_entropy.h"
 
+#include "ops/cpu/parallel.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -45,7 +47,7 @@ void cross_entropy_forward(T* stats, const T* logits, const int32_t* targets, in
   // Per-row losses in parallel, then a serial sum: the result does not depend on
   // the thread count (CPU resume is bit-exact).
   std::vector<double> loss(N, 0.0);
-  tbb::parallel_for(int64_t{0}, N, [&](int64_t n) {
+  parallel_for_index(int64_t{0}, N, [&](int64_t n) {
     int32_t t = targets[n];
     if (t == ignore_index) return;
     const T* x = logits + n * V;  // (V)
@@ -70,7 +72,7 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets,
   // d(lse - x_t)/dx_v = softmax_v - [v == t]. dlogits may alias logits: each row's
   // max and sum are taken before the row is written, and element v is read just
   // before it is overwritten.
-  tbb::parallel_for(int64_t{0}, N, [&](int64_t n) {
+  parallel_for_index(int64_t{0}, N, [&](int64_t n) {
     const T* x = logits + n * V;  // (V)
     T* dx = dlogits + n * V;      // (V)
     int32_t t = targets[n];

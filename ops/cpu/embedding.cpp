@@ -1,5 +1,7 @@
 #include "ops/cpu/embedding.h"
 
+#include "ops/cpu/parallel.h"
+
 #include <algorithm>
 
 #include <tbb/blocked_range.h>
@@ -31,7 +33,7 @@ template <typename T>
 void embedding_forward(T* out, const int32_t* ids, const T* table, int64_t N, int64_t C,
                        int64_t V) {
   check_ids(ids, N, V);
-  tbb::parallel_for(int64_t{0}, N, [&](int64_t n) {
+  parallel_for_index(int64_t{0}, N, [&](int64_t n) {
     const T* row = table + static_cast<int64_t>(ids[n]) * C;
     std::copy(row, row + C, out + n * C);
   });
@@ -44,14 +46,14 @@ void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t N,
   // Repeated ids hit the same table row, so splitting over tokens would race. Each
   // task owns a band of channels and walks every token in order: no two tasks
   // write the same element, and the sum order (hence the result) is deterministic.
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, C, kChannelGrain),
-                    [&](const tbb::blocked_range<int64_t>& r) {
-                      for (int64_t n = 0; n < N; ++n) {
-                        T* drow = dtable + static_cast<int64_t>(ids[n]) * C;
-                        const T* dy = dout + n * C;
-                        for (int64_t c = r.begin(); c < r.end(); ++c) drow[c] += dy[c];
-                      }
-                    });
+  parallel_for_blocked(tbb::blocked_range<int64_t>(0, C, kChannelGrain),
+                       [&](const tbb::blocked_range<int64_t>& r) {
+                         for (int64_t n = 0; n < N; ++n) {
+                           T* drow = dtable + static_cast<int64_t>(ids[n]) * C;
+                           const T* dy = dout + n * C;
+                           for (int64_t c = r.begin(); c < r.end(); ++c) drow[c] += dy[c];
+                         }
+                       });
 }
 
 template void embedding_forward<float>(float*, const int32_t*, const float*, int64_t, int64_t,

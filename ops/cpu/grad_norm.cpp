@@ -1,5 +1,7 @@
 #include "ops/cpu/grad_norm.h"
 
+#include "ops/cpu/parallel.h"
+
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -18,7 +20,7 @@ template <typename T>
 void norm_squared(T* out, const T* buf, int64_t n) {
   int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(chunks, 0.0);
-  tbb::parallel_for(int64_t{0}, chunks, [&](int64_t c) {
+  parallel_for_index(int64_t{0}, chunks, [&](int64_t c) {
     int64_t end = std::min(n, (c + 1) * kChunk);
     double s = 0.0;
     for (int64_t i = c * kChunk; i < end; ++i) s += static_cast<double>(buf[i]) * buf[i];

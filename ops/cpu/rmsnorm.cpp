@@ -1,5 +1,7 @@
 #include "ops/cpu/rmsnorm.h"
 
+#include "ops/cpu/parallel.h"
+
 #include <cmath>
 #include <vector>
 
@@ -9,7 +11,7 @@ namespace fanout::ops::cpu {
 
 template <typename T>
 void rmsnorm_forward(T* out, T* rstd, const T* inp, const T* weight, int64_t N, int64_t C, T eps) {
-  tbb::parallel_for(int64_t{0}, N, [&](int64_t n) {
+  parallel_for_index(int64_t{0}, N, [&](int64_t n) {
     const T* x = inp + n * C;
     T* y = out + n * C;
     double ss = 0.0;
@@ -26,7 +28,7 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
   // y_c = x_c r w_c with r = (mean(x^2) + eps)^-1/2, dr/dx_c = -r^3 x_c / C, so
   // dx_c = r (w_c dy_c) - r^3 x_c / C * sum_k (w_k dy_k x_k).
   // Rows are independent for dinp; dweight sums over rows, so it is reduced serially.
-  tbb::parallel_for(int64_t{0}, N, [&](int64_t n) {
+  parallel_for_index(int64_t{0}, N, [&](int64_t n) {
     const T* x = inp + n * C;
     const T* dy = dout + n * C;
     T* dx = dinp + n * C;

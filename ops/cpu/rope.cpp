@@ -1,5 +1,7 @@
 #include "ops/cpu/rope.h"
 
+#include "ops/cpu/parallel.h"
+
 #include <cmath>
 #include <vector>
 
@@ -18,7 +20,7 @@ void rope_rotate(Real* out, const Real* inp, int64_t B, int64_t T, int64_t H, in
   const int64_t half = D / 2;
   // (T, D/2) tables, shared by every batch row and head.
   std::vector<double> cos_t(T * half), sin_t(T * half);
-  tbb::parallel_for(int64_t{0}, T, [&](int64_t t) {
+  parallel_for_index(int64_t{0}, T, [&](int64_t t) {
     double pos = static_cast<double>(pos_offset + t);
     for (int64_t i = 0; i < half; ++i) {
       double inv_freq = 1.0 / std::pow(theta, static_cast<double>(2 * i) / D);
@@ -26,7 +28,7 @@ void rope_rotate(Real* out, const Real* inp, int64_t B, int64_t T, int64_t H, in
       sin_t[t * half + i] = sign * std::sin(pos * inv_freq);
     }
   });
-  tbb::parallel_for(int64_t{0}, B * T, [&](int64_t bt) {
+  parallel_for_index(int64_t{0}, B * T, [&](int64_t bt) {
     const double* c = cos_t.data() + (bt % T) * half;
     const double* s = sin_t.data() + (bt % T) * half;
     for (int64_t h = 0; h < H; ++h) {

@@ -1,5 +1,7 @@
 #include "ops/cpu/swiglu.h"
 
+#include "ops/cpu/parallel.h"
+
 #include "ops/cpu/vec_exp.h"
 
 #include <cmath>
@@ -37,27 +39,27 @@ T sigmoid_stable(T x) {
 
 template <typename T>
 void swiglu_forward(T* out, const T* gate, const T* up, int64_t n) {
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kGrain),
-                    [&](const tbb::blocked_range<int64_t>& r) {
-                      for (int64_t i = r.begin(); i < r.end(); ++i) {
-                        T g = gate[i];
-                        out[i] = g * sigmoid_fast(g) * up[i];
-                      }
-                    });
+  parallel_for_blocked(tbb::blocked_range<int64_t>(0, n, kGrain),
+                       [&](const tbb::blocked_range<int64_t>& r) {
+                         for (int64_t i = r.begin(); i < r.end(); ++i) {
+                           T g = gate[i];
+                           out[i] = g * sigmoid_fast(g) * up[i];
+                         }
+                       });
 }
 
 template <typename T>
 void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
   // silu'(g) = s + g s (1 - s) = s (1 + g (1 - s)) with s = sigmoid(g).
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kGrain),
-                    [&](const tbb::blocked_range<int64_t>& r) {
-                      for (int64_t i = r.begin(); i < r.end(); ++i) {
-                        T g = gate[i], u = up[i], dy = dout[i];
-                        T s = sigmoid_fast(g);
-                        dgate[i] = dy * u * s * (T{1} + g * (T{1} - s));
-                        dup[i] = dy * g * s;
-                      }
-                    });
+  parallel_for_blocked(tbb::blocked_range<int64_t>(0, n, kGrain),
+                       [&](const tbb::blocked_range<int64_t>& r) {
+                         for (int64_t i = r.begin(); i < r.end(); ++i) {
+                           T g = gate[i], u = up[i], dy = dout[i];
+                           T s = sigmoid_fast(g);
+                           dgate[i] = dy * u * s * (T{1} + g * (T{1} - s));
+                           dup[i] = dy * g * s;
+                         }
+                       });
 }
 
 template float sigmoid_stable<float>(float);
