@@ -213,7 +213,7 @@ std::vector<PeerResult> run_peers(const BenchArgs& a, const std::vector<Device>&
     nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     FANOUT_CHECK(!j.is_discarded() && j.contains("tokens_per_s"),
                  "the PyTorch peer wrote no figures");
-    out.push_back({label + " torch " + j.value("torch", std::string("?")), j["tokens_per_s"]});
+    out.push_back({label + ", torch " + j.value("torch", std::string("?")), j["tokens_per_s"]});
     std::filesystem::remove(json);
   }
   return out;

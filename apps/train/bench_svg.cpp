@@ -47,7 +47,11 @@ const Phase kPhases[] = {
 
 std::string bench_svg(const std::string& title, const std::string& subtitle,
                       const std::vector<SvgRow>& rows) {
-  const int label_w = 190, panel_w = 330, gap = 40, row_h = 34, top = 78;
+  // About 7 px per character of the longest label at 12 px.
+  size_t longest = 0;
+  for (const SvgRow& r : rows) longest = std::max(longest, r.label.size());
+  const int label_w = std::max(190, static_cast<int>(longest) * 7 + 24);
+  const int panel_w = 330, gap = 40, row_h = 34, top = 78;
   const int width = label_w + panel_w + gap + panel_w + 30;
   const int height = top + row_h * static_cast<int>(rows.size()) + 70;
   double max_tps = 1, max_ms = 1e-9;
