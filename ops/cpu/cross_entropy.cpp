@@ -1,6 +1,7 @@
 #include "ops/cpu/cross_entropy.h"
 
 #include "ops/cpu/parallel.h"
+#include "ops/cpu/vec_exp.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,14 +27,41 @@ void check_targets(const char* op, const int32_t* targets, int64_t N, int64_t V,
 }
 
 // Row max and sum_v exp(x_v - max), the stable log-sum-exp: lse = max + log(sum).
-template <typename T>
-void row_max_sum(const T* x, int64_t V, double* max_out, double* sum_out) {
+// Float rows take the vectorised exp (vec_exp.h), summed in double; double rows
+// keep std::exp for the tests' references.
+void row_max_sum(const float* x, int64_t V, double* max_out, double* sum_out) {
+  float m = x[0];
+  for (int64_t v = 1; v < V; ++v) m = std::max(m, x[v]);
+  double s = 0.0;
+  for (int64_t v = 0; v < V; ++v) s += exp_vec(x[v] - m);
+  *max_out = m;
+  *sum_out = s;
+}
+
+void row_max_sum(const double* x, int64_t V, double* max_out, double* sum_out) {
   double m = x[0];
-  for (int64_t v = 1; v < V; ++v) m = std::max(m, static_cast<double>(x[v]));
+  for (int64_t v = 1; v < V; ++v) m = std::max(m, x[v]);
   double s = 0.0;
   for (int64_t v = 0; v < V; ++v) s += std::exp(x[v] - m);
   *max_out = m;
   *sum_out = s;
+}
+
+// dx[v] = exp(x[v] - m) * scale, then the target's -1/normalizer.
+void softmax_grad_row(float* dx, const float* x, int64_t V, double m, double scale, int32_t t,
+                      double inv_norm) {
+  const float mf = static_cast<float>(m), sf = static_cast<float>(scale);
+  const float xt = x[t];  // read before the row is overwritten (dx may alias x)
+  for (int64_t v = 0; v < V; ++v) dx[v] = exp_vec(x[v] - mf) * sf;
+  dx[t] = static_cast<float>(std::exp(static_cast<double>(xt) - m) * scale - inv_norm);
+}
+
+void softmax_grad_row(double* dx, const double* x, int64_t V, double m, double scale, int32_t t,
+                      double inv_norm) {
+  for (int64_t v = 0; v < V; ++v) {
+    double p = std::exp(x[v] - m) * scale;
+    dx[v] = v == t ? p - inv_norm : p;
+  }
 }
 
 }  // namespace
@@ -84,10 +112,7 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets,
     row_max_sum(x, V, &m, &s);
     double scale = 1.0 / (s * static_cast<double>(normalizer));
     double inv_norm = 1.0 / static_cast<double>(normalizer);
-    for (int64_t v = 0; v < V; ++v) {
-      double p = std::exp(x[v] - m) * scale;
-      dx[v] = static_cast<T>(v == t ? p - inv_norm : p);
-    }
+    softmax_grad_row(dx, x, V, m, scale, t, inv_norm);
   });
 }
 
