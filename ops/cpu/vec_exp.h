@@ -11,6 +11,15 @@
 #include <cmath>
 #include <cstdint>
 
+// Loops over floats built three times, for AVX-512, AVX2 and the x86-64 baseline;
+// the loader picks the best the CPU has (GCC function multiversioning). The
+// project compiles for the baseline, so without this they would use 4-wide SSE.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define FANOUT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define FANOUT_VECTOR_CLONES
+#endif
+
 namespace fanout::ops::cpu {
 
 inline float exp_vec(float x) {
