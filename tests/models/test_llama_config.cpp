@@ -7,22 +7,15 @@
 
 #include "engine/core/check.h"
 #include "models/llama_config.h"
+#include "tests/apps/fanout/cli_runner.h"
 
 using namespace fanout;
 using namespace fanout::models;
 using nlohmann::json;
 
+using fanout::test::error_of;
+
 namespace {
-// The message of the fanout::Error `f` throws ("" if it throws none).
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // An HF-style config.json of the tiny preset.
 json tiny_json() {

@@ -20,30 +20,16 @@
 #include "engine/core/check.h"
 #include "engine/core/dtype.h"
 #include "models/safetensors.h"
+#include "tests/apps/fanout/cli_runner.h"
 
 using namespace fanout;
 using namespace fanout::models;
 
+using fanout::test::TempDir;
+
 namespace {
 
 // A fresh directory, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "fanout-safetensors-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 std::string le64(uint64_t n) {
   std::string s(8, '\0');
@@ -100,7 +86,7 @@ std::vector<float> read_all(const SafetensorsFile& f, const std::string& name) {
 // opened); every such message is one line starting with the file's path.
 std::string open_error(const std::string& bytes) {
   TempDir dir;
-  const std::string path = dir.file("bad.safetensors");
+  const std::string path = dir / "bad.safetensors";
   write_file(path, bytes);
   try {
     SafetensorsFile::open(path);
@@ -140,7 +126,7 @@ TEST_CASE("safetensors round trip keeps f32 and bf16 tensors in the given order"
       {"rank0", DType::f32, {}, &scalar},
       {"empty", DType::f32, {0, 4}, nullptr},
   };
-  const std::string path = dir.file("model.safetensors");
+  const std::string path = dir / "model.safetensors";
   safetensors_write(path, tensors);
 
   const SafetensorsFile f = SafetensorsFile::open(path);
@@ -175,7 +161,7 @@ TEST_CASE("safetensors round trip keeps metadata") {
   TempDir dir;
   const auto w = to_bf16(random_floats(4, 5));
   const std::map<std::string, std::string> metadata = {{"format", "pt"}, {"fanout.step", "12"}};
-  const std::string path = dir.file("meta.safetensors");
+  const std::string path = dir / "meta.safetensors";
   safetensors_write(path, {{"w", DType::bf16, {2, 2}, w.data()}}, metadata);
 
   const SafetensorsFile f = SafetensorsFile::open(path);
@@ -196,7 +182,7 @@ TEST_CASE("safetensors writer header follows the format") {
       {"alpha", DType::bf16, {5, 1}, b.data()},
       {"mid", DType::f32, {1}, a.data()},
   };
-  const std::string path = dir.file("layout.safetensors");
+  const std::string path = dir / "layout.safetensors";
   safetensors_write(path, tensors, {{"k", "v"}});
   CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
 
@@ -259,7 +245,7 @@ TEST_CASE("safetensors reads the exact bytes the reference writer produces") {
   REQUIRE(kRefMetaHeader.size() == 0x60);  // '`', the length byte in the reference
   REQUIRE(kRefHeader.size() == 0x40);      // '@'
 
-  const std::string meta_path = dir.file("ref_meta.safetensors");
+  const std::string meta_path = dir / "ref_meta.safetensors";
   write_file(meta_path, std::string("`\0\0\0\0\0\0\0", 8) + kRefMetaHeader + std::string(16, '\0'));
   const SafetensorsFile meta = SafetensorsFile::open(meta_path);
   CHECK(meta.metadata() == std::map<std::string, std::string>{{"framework", "pt"}});
@@ -277,7 +263,7 @@ TEST_CASE("safetensors reads the exact bytes the reference writer produces") {
       fanout::Error);
 
   // [[0, 0], [0, 1]] as float32: 1.0f is 00 00 80 3f.
-  const std::string path = dir.file("ref.safetensors");
+  const std::string path = dir / "ref.safetensors";
   write_file(path, std::string("@\0\0\0\0\0\0\0", 8) + replace_dtype(kRefHeader, "F32") +
                        std::string(12, '\0') + std::string("\x00\x00\x80\x3f", 4));
   const SafetensorsFile f = SafetensorsFile::open(path);
@@ -285,7 +271,7 @@ TEST_CASE("safetensors reads the exact bytes the reference writer produces") {
   CHECK(read_all(f, "test") == std::vector<float>{0, 0, 0, 1});
 
   // Older writers did not pad the header (test_deserialization, length '<' = 60).
-  const std::string unpadded = dir.file("unpadded.safetensors");
+  const std::string unpadded = dir / "unpadded.safetensors";
   const std::string header = R"({"test":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
   REQUIRE(header.size() == 60);
   write_file(unpadded, std::string("<\0\0\0\0\0\0\0", 8) + header + std::string(16, '\0'));
@@ -294,7 +280,7 @@ TEST_CASE("safetensors reads the exact bytes the reference writer produces") {
 
 TEST_CASE("safetensors writer reproduces the reference writer's bytes") {
   TempDir dir;
-  const std::string path = dir.file("out.safetensors");
+  const std::string path = dir / "out.safetensors";
   const float zeros[4] = {0, 0, 0, 0};
   safetensors_write(path, {{"test1", DType::f32, {2, 2}, zeros}}, {{"framework", "pt"}});
   CHECK(read_file(path) == std::string("`\0\0\0\0\0\0\0", 8) +
@@ -314,7 +300,7 @@ TEST_CASE("safetensors read_f32 converts f16") {
   std::string data;
   for (uint16_t h : halves) data += {static_cast<char>(h & 0xff), static_cast<char>(h >> 8)};
   TempDir dir;
-  const std::string path = dir.file("f16.safetensors");
+  const std::string path = dir / "f16.safetensors";
   write_file(path,
              st_bytes(R"({"h":{"dtype":"F16","shape":[5],"data_offsets":[0,10]}})", 0) + data);
   const auto v = read_all(SafetensorsFile::open(path), "h");
@@ -327,7 +313,7 @@ TEST_CASE("safetensors read_f32 converts f16") {
 
 TEST_CASE("safetensors read_f32 rejects a wrong element count and an unknown name") {
   TempDir dir;
-  const std::string path = dir.file("w.safetensors");
+  const std::string path = dir / "w.safetensors";
   const float w[6] = {1, 2, 3, 4, 5, 6};
   safetensors_write(path, {{"w", DType::f32, {2, 3}, w}});
   const SafetensorsFile f = SafetensorsFile::open(path);
@@ -344,7 +330,7 @@ TEST_CASE("safetensors open accepts no tensors and zero-size tensors") {
   CHECK(open_error(st_bytes(R"({"__metadata__":null})", 0)).empty());
 
   TempDir dir;
-  const std::string path = dir.file("zero.safetensors");
+  const std::string path = dir / "zero.safetensors";
   write_file(path, st_bytes(R"({"c":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
                             R"("b":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},)"
                             R"("a":{"dtype":"BF16","shape":[3,0],"data_offsets":[0,0]}})",
@@ -363,7 +349,7 @@ TEST_CASE("safetensors open accepts no tensors and zero-size tensors") {
 
 TEST_CASE("safetensors rejects a missing file") {
   TempDir dir;
-  const std::string path = dir.file("absent.safetensors");
+  const std::string path = dir / "absent.safetensors";
   CHECK_THROWS_WITH_AS(SafetensorsFile::open(path),
                        doctest::Contains((path + ": cannot open").c_str()), fanout::Error);
 }
@@ -523,11 +509,11 @@ TEST_CASE("safetensors rejects a tensor name that appears twice") {
 
 TEST_CASE("safetensors writer rejects what it cannot write") {
   TempDir dir;
-  const std::string path = dir.file("w.safetensors");
+  const std::string path = dir / "w.safetensors";
   const int32_t ints[2] = {1, 2};
   const float floats[2] = {1, 2};
   // Integer tensors (token batches) are written with their safetensors names.
-  const std::string int_path = dir.file("i.safetensors");
+  const std::string int_path = dir / "i.safetensors";
   safetensors_write(int_path, {{"i", DType::i32, {2}, ints}});
   CHECK(SafetensorsFile::open(int_path).find("i")->dtype == "I32");
   CHECK_THROWS_WITH_AS(
@@ -541,7 +527,7 @@ TEST_CASE("safetensors writer rejects what it cannot write") {
                        doctest::Contains("has no data"), fanout::Error);
   CHECK_FALSE(std::filesystem::exists(path));
 
-  const std::string nowhere = dir.file("missing-dir/w.safetensors");
+  const std::string nowhere = dir / "missing-dir/w.safetensors";
   CHECK_THROWS_WITH_AS(safetensors_write(nowhere, {{"a", DType::f32, {2}, floats}}),
                        doctest::Contains("cannot create"), fanout::Error);
   CHECK_FALSE(std::filesystem::exists(nowhere + ".tmp"));

@@ -10,13 +10,6 @@
 
 namespace fanout::test {
 
-TempDir::TempDir(const std::string& prefix) : path(make_temp_dir(prefix)) {}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
-}
-
 models::LlamaConfig cli_test_config() {
   models::LlamaConfig c = models::llama_preset("tiny");
   c.num_hidden_layers = 1;

@@ -10,18 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "models/llama_config.h"
+#include "tests/apps/fanout/cli_runner.h"  // TempDir
 
 namespace fanout::test {
-
-// A temp directory removed with everything in it when the object goes.
-struct TempDir {
-  explicit TempDir(const std::string& prefix);
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string path;
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 // The tiny preset with one layer and 64 positions: quick to save and to run.
 models::LlamaConfig cli_test_config();

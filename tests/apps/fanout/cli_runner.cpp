@@ -45,6 +45,13 @@ CliResult run_fanout(const std::vector<std::string>& args, const std::string& en
   return r;
 }
 
+TempDir::TempDir(const std::string& prefix) : path(make_temp_dir(prefix)) {}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
 std::string make_temp_dir(const std::string& prefix) {
   std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
   char* p = mkdtemp(tmpl.data());

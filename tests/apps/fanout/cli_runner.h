@@ -1,8 +1,11 @@
 #pragma once
-// Runs the real `fanout` binary for CLI tests: exit code, stdout and stderr.
+// Helpers every test folder shares: running the real `fanout` binary (exit code,
+// stdout, stderr), temporary directories, and the message of a fanout::Error.
 
 #include <string>
 #include <vector>
+
+#include "engine/core/check.h"
 
 namespace fanout::test {
 
@@ -17,5 +20,26 @@ CliResult run_fanout(const std::vector<std::string>& args, const std::string& en
 
 // A fresh empty directory under the system temp folder.
 std::string make_temp_dir(const std::string& prefix);
+
+// A temp directory removed with everything in it when the object goes.
+struct TempDir {
+  explicit TempDir(const std::string& prefix = "fanout-test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string path;
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+// The message of the fanout::Error `f` throws ("" if it throws none).
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace fanout::test

@@ -25,31 +25,18 @@
 #include "models/llama_checkpoint.h"
 #include "models/llama_layout.h"
 #include "models/safetensors.h"
+#include "tests/apps/fanout/cli_runner.h"
 
 using namespace fanout;
 using namespace fanout::train;
 namespace fs = std::filesystem;
 
+using fanout::test::error_of;
+using fanout::test::TempDir;
+
 namespace {
 
 // A fresh directory, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "fanout-checkpoint-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 models::LlamaConfig test_config(bool tied, int64_t layers = 1) {
   models::LlamaConfig c = models::llama_preset("tiny");
@@ -99,17 +86,6 @@ void check_same(const Checkpoint& got, const Checkpoint& want) {
   CHECK(got.state.seed == want.state.seed);
   CHECK(got.state.tokens_seen == want.state.tokens_seen);
   CHECK(got.state.flags == want.state.flags);
-}
-
-// The message of the fanout::Error that fn throws ("" if it throws none).
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::string file_read(const std::string& path) {
@@ -176,7 +152,7 @@ TEST_CASE("checkpoint round trip is bit-exact for untied and tied models") {
     CHECK(models::SafetensorsFile::open(tmp / "step-000001/optimizer.safetensors")
               .metadata()
               .at("format") == "fanout-adamw");
-    CHECK(other_entries(tmp.path(), "step-000001").empty());
+    CHECK(other_entries(fs::path(tmp.path), "step-000001").empty());
   }
 }
 
@@ -187,7 +163,7 @@ TEST_CASE("checkpoint overwrite replaces the previous checkpoint") {
   const Checkpoint second = test_checkpoint(test_config(true), 2);
   checkpoint_write(dir + "/", second);  // a trailing separator names the same directory
   check_same(checkpoint_read(dir), second);
-  CHECK(other_entries(tmp.path(), "final").empty());  // no temporary or old copy left
+  CHECK(other_entries(fs::path(tmp.path), "final").empty());  // no temporary or old copy left
 }
 
 TEST_CASE("checkpoint directory is a plain HF model directory") {
@@ -333,7 +309,7 @@ TEST_CASE("checkpoint write refuses bad input and foreign directories") {
     const std::string msg = error_of([&] { checkpoint_write(tmp / "step-000004", ckpt); });
     CHECK(msg.find("step is negative") != std::string::npos);
   }
-  CHECK(other_entries(tmp.path(), "run").empty());  // nothing half-written left behind
+  CHECK(other_entries(fs::path(tmp.path), "run").empty());  // nothing half-written left behind
 }
 
 // --- checkpoint_find_last ---------------------------------------------------------------
@@ -344,7 +320,7 @@ TEST_CASE("checkpoint_find_last picks the highest complete step") {
   CHECK(checkpoint_step_name(1234567) == "step-1234567");
 
   TempDir tmp;
-  const std::string out = tmp.path().string();
+  const std::string out = tmp.path;
   CHECK(error_of([&] { checkpoint_find_last(out); }).find("no checkpoint found in " + out) == 0);
   CHECK(error_of([&] { checkpoint_find_last(tmp / "absent"); }).find("no checkpoint found in") ==
         0);
@@ -390,7 +366,7 @@ TEST_CASE("checkpoint survives a crash that left a temporary directory") {
     file_write(t + "/model.safetensors", model.substr(0, model.size() / 3));
   }
   check_same(checkpoint_read(dir), first);
-  CHECK(checkpoint_find_last(tmp.path().string()) == dir);
+  CHECK(checkpoint_find_last(tmp.path) == dir);
 
   const Checkpoint second = test_checkpoint(test_config(false), 21);
   checkpoint_write(dir, second);
@@ -398,7 +374,7 @@ TEST_CASE("checkpoint survives a crash that left a temporary directory") {
   CHECK_FALSE(fs::exists(dead));
   CHECK(fs::exists(alive));  // another live process may still be writing through it
   fs::remove_all(alive);
-  CHECK(other_entries(tmp.path(), "step-000020").empty());
+  CHECK(other_entries(fs::path(tmp.path), "step-000020").empty());
 }
 
 // Where the filesystem cannot swap two directories, a replace renames the old one
@@ -410,12 +386,12 @@ TEST_CASE("checkpoint read falls back to the copy an interrupted replace renamed
   checkpoint_write(dir, first);
   fs::rename(dir, dir + ".old-999999999-0");
   check_same(checkpoint_read(dir), first);
-  CHECK(checkpoint_find_last(tmp.path().string()) == dir);
+  CHECK(checkpoint_find_last(tmp.path) == dir);
 
   const Checkpoint second = test_checkpoint(test_config(true), 31);
   checkpoint_write(dir, second);
   check_same(checkpoint_read(dir), second);
-  CHECK(other_entries(tmp.path(), "step-000030").empty());
+  CHECK(other_entries(fs::path(tmp.path), "step-000030").empty());
 }
 
 namespace {
@@ -484,12 +460,12 @@ TEST_CASE("checkpoint write killed at random moments leaves a complete checkpoin
     CAPTURE(step);
     CHECK((step == last_step || step >= first_step));
     CHECK(stamped(got, step));
-    CHECK(checkpoint_find_last(tmp.path().string()) == dir);
+    CHECK(checkpoint_find_last(tmp.path) == dir);
     last_step = step;
   }
   // The next write clears what the killed writers left behind.
   stamp(ckpt, 99999);
   checkpoint_write(dir, ckpt);
   CHECK(stamped(checkpoint_read(dir), 99999));
-  CHECK(other_entries(tmp.path(), "final").empty());
+  CHECK(other_entries(fs::path(tmp.path), "final").empty());
 }

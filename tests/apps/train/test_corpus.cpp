@@ -19,9 +19,12 @@
 #include "apps/train/token_file.h"
 #include "apps/train/tokenizer.h"
 #include "engine/core/check.h"
+#include "tests/apps/fanout/cli_runner.h"
 
 using namespace fanout;
 using namespace fanout::train;
+
+using fanout::test::TempDir;
 
 namespace {
 
@@ -32,27 +35,11 @@ size_t total_bytes(const std::vector<std::string>& docs) {
 }
 
 // A fresh directory, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "fanout-corpus-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Writes the documents as a text file separated by blank lines and loads it back.
 TokenData load_as_text_file(const std::vector<std::string>& docs) {
   TempDir dir;
-  std::string path = dir.file("corpus.txt");
+  std::string path = dir / "corpus.txt";
   {
     std::ofstream out(path, std::ios::binary);
     for (size_t i = 0; i < docs.size(); ++i) out << (i > 0 ? "\n\n" : "") << docs[i];

@@ -11,6 +11,7 @@
 #include "apps/train/tokenizer.h"
 #include "engine/core/check.h"
 #include "tests/apps/fanout/checkpoint_util.h"
+#include "tests/apps/fanout/cli_runner.h"
 
 using namespace fanout;
 using namespace fanout::train;
@@ -18,16 +19,9 @@ using fanout::test::file_read;
 using fanout::test::file_write;
 using fanout::test::TempDir;
 
+using fanout::test::error_of;
+
 namespace {
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 int32_t header_int(const std::string& bytes, int i) {
   int32_t v;
