@@ -63,6 +63,41 @@ std::string describe(int status) {
   return "stopped";
 }
 
+// Every rank of `launch -- train` must run --strategy ddp: with any other
+// strategy each process would train alone, all on one --out. "" if it does.
+std::string train_strategy_problem(const std::vector<std::string>& command, int nproc) {
+  if (command.empty() || command[0] != "train") return "";
+  std::vector<std::string> given;
+  for (size_t i = 1; i < command.size() && command[i] != "--"; ++i) {
+    const std::string& arg = command[i];
+    if (arg == "--strategy") {
+      bool has_value = i + 1 < command.size() && command[i + 1].rfind("-", 0) != 0;
+      given.push_back(has_value ? command[++i] : "");
+    } else if (arg.rfind("--strategy=", 0) == 0)
+      given.push_back(arg.substr(std::string("--strategy=").size()));
+  }
+  std::string runs = nproc == 1 ? "a run that is not ddp"
+                                : std::to_string(nproc) + " independent runs on one --out";
+  if (given.size() > 1) {
+    std::string list;
+    for (const auto& g : given) {
+      if (!list.empty()) list += ", ";
+      list += "'" + g + "'";
+    }
+    return "launch runs multi-process ddp: --strategy is given " + std::to_string(given.size()) +
+           " times (" + list + "); give it once, as --strategy ddp";
+  }
+  if (given.empty())
+    return "launch runs multi-process ddp: 'train' without --strategy would start " + runs +
+           "; add --strategy ddp";
+  if (given[0].empty())
+    return "launch runs multi-process ddp: 'train --strategy' has no value; add --strategy ddp";
+  if (given[0] != "ddp")
+    return "launch runs multi-process ddp: 'train --strategy " + given[0] + "' would start " +
+           runs + "; use --strategy ddp";
+  return "";
+}
+
 int run_launch(LaunchArgs a) {
   FANOUT_CHECK(a.nproc >= 1, "--nproc-per-node must be at least 1");
   FANOUT_CHECK(a.nnodes >= 1, "--nnodes must be at least 1");
@@ -70,6 +105,8 @@ int run_launch(LaunchArgs a) {
   FANOUT_CHECK(!a.command.empty(),
                "give the command to run after --, e.g. "
                "fanout launch --nproc-per-node 2 -- train --strategy ddp");
+  std::string strategy_problem = train_strategy_problem(a.command, a.nproc);
+  FANOUT_CHECK(strategy_problem.empty(), strategy_problem);
   if (a.port == 0) {
     FANOUT_CHECK(a.nnodes == 1, "a multi-node launch needs --master-port (the same on every node)");
     a.port = free_port();

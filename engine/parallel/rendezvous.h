@@ -5,6 +5,8 @@
 // addresses, the NCCL unique id) and doubles as a liveness channel: the server
 // notices a rank whose connection drops, so a failure can name the dead rank.
 // Data never flows through it: collectives go through Gloo or NCCL.
+// Anything may connect to the port: the server (rendezvous_server.h) serves only
+// connections that said a valid hello, and the client bounds what it accepts.
 
 #include <chrono>
 #include <cstdint>
@@ -19,8 +21,10 @@ class RendezvousServer;
 
 class Rendezvous {
  public:
-  // Rank 0 binds addr:port (an error if it is in use) and serves; the others
-  // connect, retrying until `timeout`. Throws fanout::Error naming the problem.
+  // Rank 0 binds addr:port (an error if it is in use) and serves; every rank
+  // connects, retrying until `timeout`, and says hello; the master answers it
+  // (or refuses it: the rank is taken, the world size differs). Throws
+  // fanout::Error naming the problem.
   Rendezvous(const std::string& addr, int port, int rank, int world,
              std::chrono::milliseconds timeout);
   ~Rendezvous();
@@ -41,7 +45,10 @@ class Rendezvous {
   std::string describe_failure();
 
  private:
+  void connect_and_hello(const std::string& addr, int port);
   void send_request(char type, const std::string& key, const std::vector<char>& value);
+  // The value of the master's next reply; fanout::Error on a timeout, a closed
+  // connection, a refusal or anything that is not a well-formed, bounded reply.
   std::vector<char> read_reply(std::chrono::milliseconds timeout);
 
   int rank_, world_;

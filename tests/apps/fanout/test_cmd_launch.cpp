@@ -174,8 +174,8 @@ TEST_CASE("ddp rank 0 on a port already in use fails with one line") {
 TEST_CASE("launch on a port already in use fails and names the failed rank") {
   TinyRun run;
   BusyPort busy;
-  // Rank 1 reaches the busy socket, which never answers: --timeout ends it
-  // (with "the master (rank 0) died", since that socket never says who died).
+  // Rank 1 reaches the busy socket, which never answers its hello: --timeout
+  // ends it (with "no answer from the master").
   FanoutProcess launch(
       concat({"launch", "--nproc-per-node", "2", "--master-port", std::to_string(busy.port),
               "--grace", "5", "--"},
@@ -226,4 +226,45 @@ TEST_CASE("launch without a command or with no processes fails") {
   check_fails(r.rc, r.err, "--nproc-per-node must be at least 1");
   r = run_fanout({"launch", "--nproc-per-node", "2", "--nnodes", "2", "--", "devices"});
   check_fails(r.rc, r.err, "needs --master-port");
+}
+
+TEST_CASE("launch refuses a train that is not --strategy ddp before starting anything") {
+  // Each rank would otherwise train alone, every one of them on the same --out.
+  TempDir dir("fanout-launch");
+  const std::string out = dir / "out";
+  const std::string prefix = "launch runs multi-process ddp: ";
+  struct Case {
+    std::vector<std::string> strategy;
+    std::string phrase;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--strategy", "zero1"},
+            "'train --strategy zero1' would start 2 independent runs on one --out; "
+            "use --strategy ddp"},
+           {{"--strategy=dp"}, "'train --strategy dp' would start 2 independent runs"},
+           {{}, "'train' without --strategy would start 2 independent runs"},
+           {{"--strategy", "ddp", "--strategy", "zero1"},
+            "--strategy is given 2 times ('ddp', 'zero1')"},
+           {{"--strategy=ddp", "--strategy", "ddp"}, "--strategy is given 2 times"},
+           {{"--strategy"}, "'train --strategy' has no value"}}) {
+    std::vector<std::string> args = {"launch", "--nproc-per-node", "2", "--", "train"};
+    args = concat(concat(args, c.strategy), {"--devices", "cpu:0,cpu:1", "--steps", "1",
+                                             "--batch-size", "2", "--seq-len", "16", "--out", out});
+    CliResult r = run_fanout(args);
+    CAPTURE(c.phrase);
+    check_fails(r.rc, r.err, prefix + c.phrase);
+    CHECK(r.err.rfind("fanout: error: ", 0) == 0);
+    CHECK(r.out.empty());  // no rank printed its header
+    CHECK_FALSE(fs::exists(out));
+  }
+}
+
+TEST_CASE("launch accepts --strategy=ddp as well as --strategy ddp") {
+  TinyRun run;
+  std::vector<std::string> args = run.train_args(run.dir / "out", 1);
+  CliResult r = run_fanout(concat({"launch", "--nproc-per-node", "2", "--"},
+                                  concat(args, {"--strategy=ddp", "--devices", "cpu"})));
+  INFO("stderr: " << r.err);
+  CHECK(r.rc == 0);
+  CHECK(lines_with(r.out, "2 processes (gloo").size() == 1);
 }
