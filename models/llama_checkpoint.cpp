@@ -1,5 +1,6 @@
 #include "models/llama_checkpoint.h"
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <vector>
@@ -37,15 +38,37 @@ void llama_save(LlamaModel& model, const std::string& dir, bool bf16) {
 }
 
 LlamaConfig llama_load_config(const std::string& dir) {
-  FANOUT_CHECK(fs::is_directory(dir), "checkpoint '", dir, "' is not a directory");
+  std::error_code ec;
+  FANOUT_CHECK(fs::is_directory(dir, ec), "checkpoint '", dir, "' is not a directory");
   fs::path cfg = fs::path(dir) / "config.json";
-  FANOUT_CHECK(fs::exists(cfg), "checkpoint '", dir, "' has no config.json");
+  FANOUT_CHECK(fs::exists(fs::symlink_status(cfg, ec)), "checkpoint '", dir,
+               "' has no config.json");
   return llama_config_load(cfg.string());
+}
+
+void llama_check_finite(const LlamaConfig& config, const std::vector<float>& values,
+                        const std::string& what, const std::string& name_prefix,
+                        bool non_negative) {
+  LlamaLayout layout(config);
+  FANOUT_ASSERT(static_cast<int64_t>(values.size()) == layout.total(), what, " has ", values.size(),
+                " values, the layout ", layout.total());
+  for (const ParamInfo& p : layout.params()) {
+    const float* v = values.data() + p.offset;
+    // One pass with no early exit vectorises; the index is looked for only on failure.
+    bool bad = false;
+    for (int64_t i = 0; i < p.numel; ++i) bad |= !std::isfinite(v[i]) || (non_negative && v[i] < 0);
+    if (!bad) continue;
+    int64_t i = 0;
+    while (std::isfinite(v[i]) && !(non_negative && v[i] < 0)) ++i;
+    FANOUT_CHECK(!std::isfinite(v[i]), what, ": tensor '", name_prefix, p.name,
+                 "' holds a negative value (", v[i], " at index ", i, "), which it cannot");
+    detail::throw_error(detail::str_cat(what, ": tensor '", name_prefix, p.name,
+                                        "' holds non-finite values (", v[i], " at index ", i, ")"));
+  }
 }
 
 void llama_read_weights(const LlamaConfig& config, const std::string& path,
                         std::vector<float>& params) {
-  FANOUT_CHECK(fs::exists(path), path, ": no such file");
   SafetensorsFile file = SafetensorsFile::open(path);
   LlamaLayout layout(config);
   std::set<std::string> expected;
@@ -66,11 +89,14 @@ void llama_read_weights(const LlamaConfig& config, const std::string& path,
                  ", expected ", shape_str(p.shape), " for this config");
     file.read_f32(p.name, params.data() + p.offset, p.numel);
   }
+  llama_check_finite(config, params, path);
 }
 
 void llama_load_weights(LlamaModel& model, const std::string& dir) {
   fs::path path = fs::path(dir) / "model.safetensors";
-  FANOUT_CHECK(fs::exists(path), "checkpoint '", dir, "' has no model.safetensors");
+  std::error_code ec;
+  FANOUT_CHECK(fs::exists(fs::symlink_status(path, ec)), "checkpoint '", dir,
+               "' has no model.safetensors");
   std::vector<float> host;
   llama_read_weights(model.config(), path.string(), host);
   tensor_upload(model.compute_stream(), model.params(), host.data());

@@ -18,9 +18,17 @@ void llama_save(LlamaModel& model, const std::string& dir, bool bf16 = false);
 void llama_write_weights(const LlamaConfig& config, const std::vector<float>& params,
                          const std::string& path, bool bf16 = false);
 // `path` (a model.safetensors) into `params` (flat layout order), validating every
-// name and shape against the config.
+// name and shape against the config, and that every value is finite.
 void llama_read_weights(const LlamaConfig& config, const std::string& path,
                         std::vector<float>& params);
+
+// Throws "<what>: tensor '<prefix><name>' holds non-finite values (nan at index I)"
+// for the first tensor of `values` (flat layout order) holding NaN or Inf, or with
+// `non_negative`, a negative value (AdamW's exp_avg_sq). Every reader of weights and
+// optimizer state, and the checkpoint writer, checks through this one function.
+void llama_check_finite(const LlamaConfig& config, const std::vector<float>& values,
+                        const std::string& what, const std::string& name_prefix = "",
+                        bool non_negative = false);
 
 // DIR/config.json; errors name the directory.
 LlamaConfig llama_load_config(const std::string& dir);

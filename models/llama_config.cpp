@@ -1,15 +1,25 @@
 #include "models/llama_config.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/core/check.h"
+#include "engine/core/checked_math.h"
+#include "engine/core/file_io.h"
 
 namespace fanout::models {
 
 namespace {
 using nlohmann::json;
+
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;  // HF configs are a few KB
+constexpr int64_t kMaxLayers = 65536;                     // the largest Llama has 126
 
 // The byte tokenizer's ids: 0-255 bytes, 256 BOT, 257 EOT, 258 PAD.
 LlamaConfig with_byte_tokens(LlamaConfig c) {
@@ -19,20 +29,56 @@ LlamaConfig with_byte_tokens(LlamaConfig c) {
   return c;
 }
 
+// The value of `key`, or nullptr when absent or null.
+const json* find_key(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string json_shown(const json& v) {
+  return v.is_primitive() ? v.dump() : std::string("a JSON ") + v.type_name();
+}
+
 int64_t get_int(const json& j, const char* key, const std::string& source, int64_t fallback,
                 bool required) {
-  if (!j.contains(key) || j[key].is_null()) {
+  const json* v = find_key(j, key);
+  if (v == nullptr) {
     FANOUT_CHECK(!required, source, ": missing required key \"", key, "\"");
     return fallback;
   }
-  FANOUT_CHECK(j[key].is_number_integer(), source, ": \"", key, "\" must be an integer");
-  return j[key].get<int64_t>();
+  FANOUT_CHECK(v->is_number_integer(), source, ": \"", key, "\" must be an integer, got ",
+               json_shown(*v));
+  // get<int64_t> would wrap an unsigned value past int64 into a negative one.
+  FANOUT_CHECK(!v->is_number_unsigned() || v->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
+               source, ": \"", key, "\" is ", v->dump(), ", out of range");
+  return v->get<int64_t>();
 }
 
 double get_number(const json& j, const char* key, const std::string& source, double fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  FANOUT_CHECK(j[key].is_number(), source, ": \"", key, "\" must be a number");
-  return j[key].get<double>();
+  const json* v = find_key(j, key);
+  if (v == nullptr) return fallback;
+  FANOUT_CHECK(v->is_number(), source, ": \"", key, "\" must be a number, got ", json_shown(*v));
+  const double d = v->get<double>();
+  FANOUT_CHECK(std::isfinite(d), source, ": \"", key, "\" must be a finite number, got ",
+               v->dump());
+  return d;
+}
+
+// A string setting that must equal `only` when given.
+void check_string(const json& j, const char* key, const char* only, const std::string& source,
+                  const std::string& shown_key, const char* what) {
+  const json* v = find_key(j, key);
+  if (v == nullptr) return;
+  FANOUT_CHECK(v->is_string(), source, ": ", shown_key, " must be a string (\"", only, "\"), got ",
+               json_shown(*v));
+  FANOUT_CHECK(*v == only, source, ": ", shown_key, " ", v->dump(), " is not supported (only ",
+               what, ")");
+}
+
+// Bytes of physical memory, 0 if unknown.
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
 }  // namespace
 
@@ -52,16 +98,64 @@ void LlamaConfig::validate(const std::string& source) const {
                num_attention_heads, ") must be a multiple of num_key_value_heads (",
                num_key_value_heads, ")");
   FANOUT_CHECK(head_dim % 2 == 0, source, ": head_dim must be even for RoPE, got ", head_dim);
-  FANOUT_CHECK(rms_norm_eps > 0, source, ": rms_norm_eps must be positive");
-  FANOUT_CHECK(rope_theta > 0, source, ": rope_theta must be positive");
-  FANOUT_CHECK(vocab_size < (int64_t{1} << 31), source, ": vocab_size too large");
+  FANOUT_CHECK(std::isfinite(rms_norm_eps) && rms_norm_eps > 0, source,
+               ": rms_norm_eps must be positive and finite, got ", rms_norm_eps);
+  FANOUT_CHECK(std::isfinite(rope_theta) && rope_theta > 0, source,
+               ": rope_theta must be positive and finite, got ", rope_theta);
+  FANOUT_CHECK(vocab_size < (int64_t{1} << 31), source, ": vocab_size ", vocab_size,
+               " is too large (token ids are 32-bit: at most 2147483647)");
+  FANOUT_CHECK(max_position_embeddings < (int64_t{1} << 31), source, ": max_position_embeddings ",
+               max_position_embeddings, " is too large (at most 2147483647)");
+  llama_config_check_memory(*this, source, false);
+  // Each layer is 9 named tensors with their own bookkeeping: a model of tiny layers
+  // could pass the byte count above and still exhaust memory on names alone.
+  FANOUT_CHECK(num_hidden_layers <= kMaxLayers, source, ": num_hidden_layers ", num_hidden_layers,
+               " is more than the ", kMaxLayers, " fanout supports");
+}
+
+int64_t LlamaConfig::parameters_per_layer(const std::string& source) const {
+  const int64_t C = hidden_size, I = intermediate_size;
+  const int64_t q =
+      size_mul(source + ": num_attention_heads x head_dim", {num_attention_heads, head_dim});
+  const int64_t kv =
+      size_mul(source + ": num_key_value_heads x head_dim", {num_key_value_heads, head_dim});
+  // 2 norms, q/k/v/o projections, gate/up/down.
+  const std::string what = source + ": the parameters of one layer (hidden_size " +
+                           std::to_string(C) + ", intermediate_size " + std::to_string(I) + ")";
+  return size_add(what, {size_mul(what, {2, C}), size_mul(what, {C, q}), size_mul(what, {2, C, kv}),
+                         size_mul(what, {q, C}), size_mul(what, {3, C, I})});
+}
+
+int64_t LlamaConfig::parameters(const std::string& source) const {
+  const int64_t embed = size_mul(source + ": vocab_size x hidden_size", {vocab_size, hidden_size});
+  const int64_t layers = size_mul(source + ": num_hidden_layers x the parameters of one layer",
+                                  {num_hidden_layers, parameters_per_layer(source)});
+  return size_add(source + ": the parameter count", {size_mul(source + ": the embedding parameters",
+                                                              {embed, tie_word_embeddings ? 1 : 2}),
+                                                     layers, hidden_size});
 }
 
 int64_t LlamaConfig::num_parameters() const {
-  int64_t C = hidden_size, I = intermediate_size;
-  int64_t q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
-  int64_t layer = 2 * C + C * q + 2 * C * kv + q * C + 3 * C * I;
-  return vocab_size * C * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + C;
+  return parameters("config");
+}
+
+void llama_config_check_memory(const LlamaConfig& c, const std::string& source, bool training) {
+  const int64_t params = c.parameters(source);
+  const int64_t per_param = training ? 16 : 4;
+  const char* what = training ? "fp32 weights, gradients and two AdamW moments" : "fp32 weights";
+  const std::string explain =
+      detail::str_cat("vocab_size ", c.vocab_size, " x hidden_size ", c.hidden_size,
+                      " embeddings, num_hidden_layers ", c.num_hidden_layers, " x ",
+                      c.parameters_per_layer(source), " per layer");
+  const int64_t bytes =
+      size_mul(detail::str_cat(source, ": the memory for ", params, " parameters (", explain, ")"),
+               {params, per_param});
+  const uint64_t physical = physical_memory_bytes();
+  const uint64_t limit = physical > 0 ? std::min(kMaxModelBytes, physical) : kMaxModelBytes;
+  FANOUT_CHECK(static_cast<uint64_t>(bytes) <= limit, source, ": the model has ", params,
+               " parameters (", explain, "); its ", what, " need ", bytes, " bytes, more than ",
+               limit == kMaxModelBytes ? "the limit of " : "this machine's memory of ", limit,
+               " bytes");
 }
 
 std::vector<std::string> llama_preset_names() {
@@ -88,24 +182,19 @@ LlamaConfig llama_preset(std::string_view name) {
 }
 
 LlamaConfig llama_config_from_json(const json& j, const std::string& source) {
-  FANOUT_CHECK(j.is_object(), source, ": expected a JSON object");
-  if (j.contains("model_type") && j["model_type"].is_string()) {
-    FANOUT_CHECK(j["model_type"] == "llama", source, ": model_type \"",
-                 j["model_type"].get<std::string>(), "\" is not supported (only llama)");
-  }
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+  FANOUT_CHECK(j.is_object(), source, ": expected a JSON object, got ", json_shown(j));
+  check_string(j, "model_type", "llama", source, "model_type", "llama");
+  if (find_key(j, "rope_scaling") != nullptr) {
     detail::throw_error(source + ": rope_scaling is not supported (plain RoPE only)");
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
-    if (j.contains(key)) {
-      FANOUT_CHECK(j[key].is_boolean() && !j[key].get<bool>(), source, ": ", key,
-                   " is not supported (Llama has no biases)");
+    if (const json* v = find_key(j, key)) {
+      FANOUT_CHECK(v->is_boolean(), source, ": ", key, " must be true or false, got ",
+                   json_shown(*v));
+      FANOUT_CHECK(!v->get<bool>(), source, ": ", key, " is not supported (Llama has no biases)");
     }
   }
-  if (j.contains("hidden_act")) {
-    FANOUT_CHECK(j["hidden_act"] == "silu", source, ": hidden_act ", j["hidden_act"].dump(),
-                 " is not supported (only silu)");
-  }
+  check_string(j, "hidden_act", "silu", source, "hidden_act", "silu");
   LlamaConfig c;
   c.vocab_size = get_int(j, "vocab_size", source, 0, true);
   c.hidden_size = get_int(j, "hidden_size", source, 0, true);
@@ -122,22 +211,25 @@ LlamaConfig llama_config_from_json(const json& j, const std::string& source) {
   c.max_position_embeddings = get_int(j, "max_position_embeddings", source, 2048, false);
   c.rms_norm_eps = get_number(j, "rms_norm_eps", source, 1e-6);
   double theta = 10000.0;
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-    const json& rp = j["rope_parameters"];
-    if (rp.contains("rope_type")) {
-      FANOUT_CHECK(rp["rope_type"] == "default", source, ": rope_parameters.rope_type ",
-                   rp["rope_type"].dump(), " is not supported (only default)");
-    }
-    theta = get_number(rp, "rope_theta", source, theta);
+  if (const json* rp = find_key(j, "rope_parameters")) {
+    FANOUT_CHECK(rp->is_object(), source, ": rope_parameters must be a JSON object, got ",
+                 json_shown(*rp));
+    check_string(*rp, "rope_type", "default", source, "rope_parameters.rope_type", "default");
+    theta = get_number(*rp, "rope_theta", source + ": rope_parameters", theta);
   }
   c.rope_theta = get_number(j, "rope_theta", source, theta);
-  if (j.contains("tie_word_embeddings")) {
-    FANOUT_CHECK(j["tie_word_embeddings"].is_boolean(), source,
-                 ": tie_word_embeddings must be true or false");
-    c.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
+  if (const json* tie = find_key(j, "tie_word_embeddings")) {
+    FANOUT_CHECK(tie->is_boolean(), source, ": tie_word_embeddings must be true or false, got ",
+                 json_shown(*tie));
+    c.tie_word_embeddings = tie->get<bool>();
   }
+  // HF allows a list of ids for eos_token_id; fanout only uses a single one, so
+  // anything but a non-negative id that fits is "not set".
   auto token = [&](const char* key) {
-    return j.contains(key) && j[key].is_number_integer() ? j[key].get<int64_t>() : int64_t{-1};
+    const json* v = find_key(j, key);
+    return v != nullptr && v->is_number_unsigned() && v->get<uint64_t>() < (uint64_t{1} << 31)
+               ? v->get<int64_t>()
+               : int64_t{-1};
   };
   c.bos_token_id = token("bos_token_id");
   c.eos_token_id = token("eos_token_id");
@@ -174,10 +266,16 @@ json llama_config_to_json(const LlamaConfig& c) {
 }
 
 LlamaConfig llama_config_load(const std::string& path) {
-  std::ifstream in(path);
-  FANOUT_CHECK(in.good(), path, ": cannot open the config file");
-  json j = json::parse(in, nullptr, false);
-  FANOUT_CHECK(!j.is_discarded(), path, ": not valid JSON");
+  // Only a regular file is read (a FIFO would block), and only up to a size no config needs.
+  const std::string text = file_read_regular(path, kMaxConfigBytes);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    std::string why = e.what();
+    if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
+    detail::throw_error(detail::str_cat(path, ": not valid JSON: ", why));
+  }
   return llama_config_from_json(j, path);
 }
 

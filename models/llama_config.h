@@ -2,7 +2,8 @@
 // LlamaConfig: the hyper-parameters of HF's LlamaForCausalLM, read from and
 // written to HF config.json keys, plus the built-in presets (tiny, small, seed).
 // Settings fanout does not implement (rope scaling, biases, other activations)
-// are refused with a clear message rather than silently ignored.
+// are refused with a clear message rather than silently ignored; so are sizes whose
+// products overflow or whose weights cannot fit in memory, before anything is allocated.
 
 #include <cstdint>
 #include <string>
@@ -27,10 +28,20 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   int64_t bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;  // -1: not set
 
-  // Throws fanout::Error naming the first inconsistent field (`source`: where it came from).
+  // Throws fanout::Error naming the first inconsistent field (`source`: where it came
+  // from), or the sizes when the weights cannot fit (llama_config_check_memory).
   void validate(const std::string& source = "config") const;
   int64_t num_parameters() const;
+  // The same, with every product checked: an overflow throws naming the fields and `source`.
+  int64_t parameters(const std::string& source) const;
+  int64_t parameters_per_layer(const std::string& source) const;
 };
+
+// Refused as a fanout::Error naming the fields and the bytes: more host memory than
+// this machine has (or than kMaxModelBytes) for the fp32 weights (4 bytes a
+// parameter) or, when `training`, for weights, gradients and both AdamW moments (16).
+constexpr uint64_t kMaxModelBytes = uint64_t{1} << 40;  // 1 TiB
+void llama_config_check_memory(const LlamaConfig& config, const std::string& source, bool training);
 
 // "tiny", "small", "seed"; throws fanout::Error listing the presets otherwise.
 LlamaConfig llama_preset(std::string_view name);

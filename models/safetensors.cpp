@@ -1,6 +1,7 @@
 #include "models/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,13 +10,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "engine/core/check.h"
+#include "engine/core/checked_math.h"
+#include "engine/core/file_io.h"
 
 namespace fanout::models {
 
@@ -27,6 +28,11 @@ namespace {
 using json = nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference reader's limit
+// Real checkpoints hold at most tens of thousands of tensors of a few dimensions;
+// these bound the work and memory a hostile header can ask for.
+constexpr size_t kMaxEntries = 1'000'000;
+constexpr size_t kMaxRank = 64;
+constexpr size_t kMaxEntryValues = 1024;  // JSON values inside one tensor's entry
 
 // Bits per element of every dtype the format defines; F4 and F6 pack several per byte.
 int dtype_bits(const std::string& dtype) {
@@ -59,26 +65,73 @@ float f16_to_float(uint16_t h) {
 }
 
 std::string range_str(uint64_t begin, uint64_t end) {
-  return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  return detail::str_cat("[", begin, ", ", end, "]");
 }
 
-void read_exact(std::ifstream& in, void* dst, uint64_t bytes, const std::string& path,
-                const std::string& what) {
-  in.read(static_cast<char*>(dst), static_cast<std::streamsize>(bytes));
-  FANOUT_CHECK(in && static_cast<uint64_t>(in.gcount()) == bytes, path, ": short read of ", what,
-               " (file truncated or changed while open?)");
+// All of [offset, offset + bytes) of `fd` into dst; a short read means the file shrank.
+void pread_exact(int fd, void* dst, uint64_t bytes, uint64_t offset, const std::string& path,
+                 const std::string& what) {
+  char* p = static_cast<char*>(dst);
+  while (bytes > 0) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(bytes, uint64_t{1} << 30));
+    const ssize_t n = ::pread(fd, p, chunk, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    FANOUT_CHECK(n >= 0, path, ": cannot read ", what, ": ", std::strerror(errno));
+    FANOUT_CHECK(n > 0, path, ": short read of ", what, " (file truncated or changed while open?)");
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<uint64_t>(n);
+  }
+}
+
+// A read-only descriptor of a regular file, closed with the object. A FIFO or device
+// named as a checkpoint file would block or mislead: file_regular_size refuses it by
+// name, and fstat checks the file actually opened is the regular file checked.
+class RegularFile {
+ public:
+  explicit RegularFile(const std::string& path) {
+    file_regular_size(path);
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    FANOUT_CHECK(fd_ >= 0, path, ": cannot open: ", std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      detail::throw_error(path + ": is not a regular file (it changed while being opened)");
+    }
+    size_ = static_cast<uint64_t>(st.st_size);
+  }
+  ~RegularFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+  int fd() const { return fd_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+// "<path>: tensor '<name>'" for messages, built only when one is thrown.
+struct TensorWhere {
+  const std::string& path;
+  const std::string& name;
+};
+std::ostream& operator<<(std::ostream& os, const TensorWhere& w) {
+  return os << w.path << ": tensor '" << w.name << "'";
 }
 
 // Everything about one tensor's entry that does not depend on the other tensors.
-SafetensorsEntry parse_entry(const std::string& path, const std::string& name, const json& v,
+SafetensorsEntry parse_entry(const std::string& path, std::string&& name, const json& v,
                              uint64_t data_size) {
-  const std::string where = path + ": tensor '" + name + "'";
+  SafetensorsEntry e;
+  e.name = std::move(name);
+  const TensorWhere where{path, e.name};
   FANOUT_CHECK(v.is_object(), where, ": entry is not a JSON object");
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
     FANOUT_CHECK(v.contains(key), where, ": missing \"", key, "\"");
   }
-  SafetensorsEntry e;
-  e.name = name;
 
   const json& dtype = v.at("dtype");
   FANOUT_CHECK(dtype.is_string(), where, ": \"dtype\" is not a string");
@@ -89,21 +142,31 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   // Non-negative JSON integers parse as unsigned, negative ones as signed.
   const json& shape = v.at("shape");
   FANOUT_CHECK(shape.is_array(), where, ": \"shape\" is not an array of integers");
-  uint64_t numel = 1;
-  bool too_large = false;
+  FANOUT_CHECK(shape.size() <= kMaxRank, where, ": shape has ", shape.size(),
+               " dimensions, more than the ", kMaxRank, " a tensor may have");
+  // a * b through size_mul only when it overflows, so that the message (which names
+  // the shape) is built only then.
+  auto mul = [&](int64_t a, int64_t b) {
+    int64_t out = 0;
+    if (__builtin_mul_overflow(a, b, &out))
+      size_mul(detail::str_cat(where, ": shape ", shape.dump()), {a, b});
+    return out;
+  };
+  int64_t numel = 1;
+  e.shape.reserve(shape.size());
   for (const json& d : shape) {
     FANOUT_CHECK(d.is_number_integer(), where, ": \"shape\" is not an array of integers");
     FANOUT_CHECK(d.is_number_unsigned(), where, ": negative dimension in shape ", shape.dump());
-    uint64_t n = d.get<uint64_t>();
-    too_large |= n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-                 __builtin_mul_overflow(numel, n, &numel);
+    const uint64_t n = d.get<uint64_t>();
+    FANOUT_CHECK(n <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where, ": shape ",
+                 shape.dump(), " is too large: dimension ", n, " does not fit in 64 bits");
+    numel = mul(numel, static_cast<int64_t>(n));
     e.shape.push_back(static_cast<int64_t>(n));
   }
-  uint64_t total_bits = 0;
-  too_large |= __builtin_mul_overflow(numel, static_cast<uint64_t>(bits), &total_bits);
-  FANOUT_CHECK(!too_large, where, ": shape ", shape.dump(), " is too large");
+  const int64_t total_bits = mul(numel, bits);
   FANOUT_CHECK(total_bits % 8 == 0, where, ": ", numel, " ", e.dtype,
                " elements do not fill whole bytes");
+  const uint64_t bytes = static_cast<uint64_t>(total_bits / 8);
 
   const json& offsets = v.at("data_offsets");
   FANOUT_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
@@ -111,12 +174,12 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
                where, ": \"data_offsets\" is not [begin, end] of non-negative integers");
   e.begin = offsets[0].get<uint64_t>();
   e.end = offsets[1].get<uint64_t>();
-  const std::string range = range_str(e.begin, e.end);
-  FANOUT_CHECK(e.begin <= e.end, where, ": data_offsets ", range, " have begin > end");
-  FANOUT_CHECK(e.end - e.begin == total_bits / 8, where, ": data_offsets ", range, " hold ",
-               e.end - e.begin, " bytes but ", e.dtype, " ", shape.dump(), " needs ",
-               total_bits / 8);
-  FANOUT_CHECK(e.end <= data_size, where, ": data_offsets ", range,
+  FANOUT_CHECK(e.begin <= e.end, where, ": data_offsets ", range_str(e.begin, e.end),
+               " have begin > end");
+  FANOUT_CHECK(e.end - e.begin == bytes, where, ": data_offsets ", range_str(e.begin, e.end),
+               " hold ", e.end - e.begin, " bytes but ", e.dtype, " ", shape.dump(), " needs ",
+               bytes);
+  FANOUT_CHECK(e.end <= data_size, where, ": data_offsets ", range_str(e.begin, e.end),
                " run past the end of the data (", data_size, " bytes)");
   return e;
 }
@@ -155,21 +218,125 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
   return metadata;
 }
 
+// Note [Linear header parse]
+// nlohmann's DOM parser with a callback (the way to spot repeated keys) rescans the
+// whole parent object each time a nested object ends, to drop discarded values: a
+// header of n tensors took O(n^2) steps (20k tensors 27 s). HeaderSax receives the
+// SAX events itself and builds one small JSON value per top-level key, hands it to
+// parse_entry and drops it: linear time, and memory for the entries only, never a
+// DOM of the whole header.
+class HeaderSax {
+ public:
+  // on_entry(name, value) runs once per top-level key, in file order.
+  using EntryFn = std::function<void(std::string&&, json&&)>;
+  HeaderSax(const std::string& path, EntryFn on_entry)
+      : path_(path), on_entry_(std::move(on_entry)) {}
+
+  bool null() { return put(json(nullptr)); }
+  bool boolean(bool v) { return put(json(v)); }
+  bool number_integer(json::number_integer_t v) { return put(json(v)); }
+  bool number_unsigned(json::number_unsigned_t v) { return put(json(v)); }
+  bool number_float(json::number_float_t v, const json::string_t&) { return put(json(v)); }
+  bool string(json::string_t& v) { return put(json(std::move(v))); }
+  bool binary(json::binary_t& v) { return put(json(std::move(v))); }
+  bool start_object(size_t) { return open(json::object()); }
+  bool start_array(size_t) { return open(json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+
+  bool key(json::string_t& k) {
+    if (!open_.empty()) {
+      keys_.back() = std::move(k);  // a key inside the current entry
+      return true;
+    }
+    FANOUT_CHECK(++entries_seen_ <= kMaxEntries, path_, ": the header has more than ", kMaxEntries,
+                 " entries (the most this reader accepts)");
+    name_ = std::move(k);
+    return true;
+  }
+
+  template <typename Exception>
+  bool parse_error(size_t, const std::string&, const Exception& e) {
+    std::string why = e.what();
+    if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
+    detail::throw_error(detail::str_cat(path_, ": header is not valid JSON: ", why));
+  }
+
+ private:
+  // A value inside the open entry.
+  json* insert(json&& v) {
+    FANOUT_CHECK(name_ == "__metadata__" || ++values_ <= kMaxEntryValues, path_, ": tensor '",
+                 name_, "': its entry holds more than ", kMaxEntryValues, " JSON values");
+    json& parent = *open_.back();
+    if (parent.is_array()) {
+      parent.push_back(std::move(v));
+      return &parent.back();
+    }
+    json& slot = parent[keys_.back()];
+    slot = std::move(v);
+    return &slot;
+  }
+  bool put(json&& v) {
+    if (depth_ == 0) return true;  // a scalar root: refused before parsing (first byte '{')
+    if (open_.empty()) {
+      entry_ = std::move(v);  // a scalar entry, refused by parse_entry
+      finish();
+    } else {
+      insert(std::move(v));
+    }
+    return true;
+  }
+  bool open(json&& v) {
+    if (depth_++ == 0) return true;  // the root object itself
+    json* p = nullptr;
+    if (open_.empty()) {
+      entry_ = std::move(v);
+      p = &entry_;
+    } else {
+      // Only the innermost open container grows, so pointers to the outer ones stay valid.
+      p = insert(std::move(v));
+    }
+    open_.push_back(p);
+    keys_.emplace_back();
+    return true;
+  }
+  bool close() {
+    --depth_;
+    if (open_.empty()) return true;  // the root object ends
+    open_.pop_back();
+    keys_.pop_back();
+    if (open_.empty()) finish();
+    return true;
+  }
+  void finish() {
+    on_entry_(std::move(name_), std::move(entry_));
+    entry_ = json();
+    values_ = 0;
+  }
+
+  const std::string& path_;
+  EntryFn on_entry_;
+  size_t entries_seen_ = 0;  // top-level keys so far
+  std::string name_;         // the top-level key being parsed
+  json entry_;               // its value
+  std::vector<json*> open_;  // containers open inside entry_, innermost last
+  std::vector<std::string> keys_;
+  size_t values_ = 0;
+  int64_t depth_ = 0;
+};
+
 }  // namespace
 
 // --- reader -------------------------------------------------------------------
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  std::error_code ec;
-  const uint64_t file_size = std::filesystem::file_size(path, ec);
-  FANOUT_CHECK(!ec, path, ": cannot open: ", ec.message());
-  std::ifstream in(path, std::ios::binary);
-  FANOUT_CHECK(in, path, ": cannot open: ", std::strerror(errno));
+  const RegularFile in(path);
+  const uint64_t file_size = in.size();
   FANOUT_CHECK(file_size >= 8, path, ": file is ", file_size,
                " bytes, too short for the 8-byte header length");
 
   unsigned char length_bytes[8];
-  read_exact(in, length_bytes, 8, path, "the header length");
+  pread_exact(in.fd(), length_bytes, 8, 0, path, "the header length");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | length_bytes[i];
   FANOUT_CHECK(n <= kMaxHeaderBytes, path, ": header length ", n,
@@ -177,52 +344,50 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   FANOUT_CHECK(n <= file_size - 8, path, ": header length ", n, " runs past the end of the file (",
                file_size, " bytes)");
   std::string header(n, '\0');
-  read_exact(in, header.data(), n, path, "the header");
+  pread_exact(in.fd(), header.data(), n, 8, path, "the header");
   FANOUT_CHECK(n > 0 && header[0] == '{', path,
                ": header does not start with '{' (not a safetensors file?)");
-
-  // nlohmann::json keeps the last of repeated keys; a callback spots the repeat.
-  std::set<std::string> names;
-  std::string repeated;
-  json::parser_callback_t spot_repeats = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth == 1 && event == json::parse_event_t::key && repeated.empty() &&
-        !names.insert(parsed.get<std::string>()).second) {
-      repeated = parsed.get<std::string>();
-    }
-    return true;
-  };
   // JSON never holds a raw NUL, but nlohmann's lexer would take one for the end of input.
   const size_t nul = header.find('\0');
   FANOUT_CHECK(nul == std::string::npos, path, ": header is not valid JSON: NUL byte at offset ",
                nul);
-  json root;
-  try {
-    root = json::parse(header, spot_repeats);
-  } catch (const json::exception& e) {
-    std::string why = e.what();
-    if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
-    FANOUT_CHECK(false, path, ": header is not valid JSON: ", why);
-  }
-  FANOUT_CHECK(root.is_object(), path, ": header is not a JSON object");
-  FANOUT_CHECK(repeated.empty(), path, ": tensor '", repeated, "' appears twice in the header");
 
   SafetensorsFile file;
   file.path_ = path;
   file.data_start_ = 8 + n;
   const uint64_t data_size = file_size - file.data_start_;
-  for (const auto& [key, value] : root.items()) {
-    if (key == "__metadata__") {
+  std::vector<SafetensorsEntry> entries;  // header order
+  bool has_metadata = false;
+  HeaderSax sax(path, [&](std::string&& name, json&& value) {
+    if (name == "__metadata__") {
+      FANOUT_CHECK(!has_metadata, path, ": tensor '__metadata__' appears twice in the header");
+      has_metadata = true;
       file.metadata_ = parse_metadata(path, value);
-    } else {
-      file.entries_.push_back(parse_entry(path, key, value, data_size));
+      return;
     }
+    entries.push_back(parse_entry(path, std::move(name), value, data_size));
+  });
+  json::sax_parse(header, &sax);  // every problem throws from inside, parse errors included
+  header = std::string();
+
+  // File-offset order; zero-size tensors that share an offset keep their header order.
+  // Sorting positions compares integers only, never names.
+  std::vector<size_t> order(entries.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const SafetensorsEntry &x = entries[a], &y = entries[b];
+    if (x.begin != y.begin) return x.begin < y.begin;
+    return x.end != y.end ? x.end < y.end : a < b;
+  });
+  file.entries_.reserve(entries.size());
+  file.index_.reserve(entries.size());
+  for (size_t i : order) {
+    SafetensorsEntry& e = entries[i];
+    FANOUT_CHECK(file.index_.emplace(e.name, file.entries_.size()).second, path, ": tensor '",
+                 e.name, "' appears twice in the header");
+    file.entries_.push_back(std::move(e));
   }
-  std::stable_sort(file.entries_.begin(), file.entries_.end(),
-                   [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
-                     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-                   });
   check_tiling(path, file.entries_, data_size);
-  for (size_t i = 0; i < file.entries_.size(); ++i) file.index_[file.entries_[i].name] = i;
   return file;
 }
 
@@ -241,12 +406,14 @@ void SafetensorsFile::read_f32(const std::string& name, float* out, int64_t nume
   FANOUT_CHECK(f32 || bf16 || f16, path_, ": tensor '", name, "' is ", e->dtype,
                "; read_f32 reads F32, BF16 or F16");
 
-  std::ifstream in(path_, std::ios::binary);
-  FANOUT_CHECK(in, path_, ": cannot open: ", std::strerror(errno));
-  in.seekg(static_cast<std::streamoff>(data_start_ + e->begin));
+  // A fresh descriptor per call: several threads may read tensors at once.
+  const RegularFile in(path_);
+  FANOUT_CHECK(in.size() >= data_start_ + e->end, path_,
+               ": the file shrank since it was opened (tensor '", name, "' is cut off)");
   const std::string what = "tensor '" + name + "'";
+  const uint64_t offset = data_start_ + e->begin;
   if (f32) {
-    read_exact(in, out, e->end - e->begin, path_, what);
+    pread_exact(in.fd(), out, e->end - e->begin, offset, path_, what);
     return;
   }
   // 16-bit sources convert through a bounded buffer, not a second full copy.
@@ -254,116 +421,11 @@ void SafetensorsFile::read_f32(const std::string& name, float* out, int64_t nume
   std::vector<uint16_t> buf(static_cast<size_t>(std::min(numel, kChunk)));
   for (int64_t done = 0; done < numel; done += kChunk) {
     const int64_t n = std::min(kChunk, numel - done);
-    read_exact(in, buf.data(), static_cast<uint64_t>(n) * 2, path_, what);
+    pread_exact(in.fd(), buf.data(), static_cast<uint64_t>(n) * 2,
+                offset + static_cast<uint64_t>(done) * 2, path_, what);
     for (int64_t i = 0; i < n; ++i)
       out[done + i] = bf16 ? bf16_to_float(buf[i]) : f16_to_float(buf[i]);
   }
-}
-
-// --- writer -------------------------------------------------------------------
-
-namespace {
-
-// All of [data, data + bytes) to fd, retrying short and interrupted writes.
-void write_all(int fd, const void* data, uint64_t bytes, const std::string& path,
-               const std::string& tmp) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(bytes, uint64_t{1} << 30));
-    const ssize_t n = ::write(fd, p, chunk);
-    if (n < 0 && errno == EINTR) continue;
-    FANOUT_CHECK(n > 0, path, ": cannot write '", tmp, "': ", std::strerror(errno));
-    p += n;
-    bytes -= static_cast<uint64_t>(n);
-  }
-}
-
-// Best effort: makes the rename itself survive a crash.
-void sync_parent_dir(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  (void)::fsync(fd);
-  ::close(fd);
-}
-
-}  // namespace
-
-namespace {
-// The safetensors name of each fanout dtype.
-const char* safetensors_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return "F32";
-    case DType::bf16:
-      return "BF16";
-    case DType::i32:
-      return "I32";
-    case DType::i64:
-      return "I64";
-    case DType::u16:
-      return "U16";
-  }
-  return "?";
-}
-}  // namespace
-
-void safetensors_write(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  // ordered_json keeps the tensors in the given order, as in the data section.
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::set<std::string> names;
-  std::vector<uint64_t> sizes;
-  uint64_t offset = 0;
-  for (const SafetensorsTensor& t : tensors) {
-    FANOUT_CHECK(t.name != "__metadata__", path, ": '__metadata__' cannot name a tensor");
-    FANOUT_CHECK(names.insert(t.name).second, path, ": tensor '", t.name, "' is given twice");
-    for (int64_t d : t.shape) {
-      FANOUT_CHECK(d >= 0, path, ": tensor '", t.name, "' has a negative dimension in shape ",
-                   shape_str(t.shape));
-    }
-    const uint64_t bytes = static_cast<uint64_t>(shape_numel(t.shape)) * dtype_size(t.dtype);
-    FANOUT_CHECK(bytes == 0 || t.data != nullptr, path, ": tensor '", t.name, "' has no data");
-    nlohmann::ordered_json entry = nlohmann::ordered_json::object();
-    entry["dtype"] = safetensors_dtype_name(t.dtype);
-    entry["shape"] = t.shape;
-    entry["data_offsets"] = nlohmann::ordered_json::array({offset, offset + bytes});
-    header[t.name] = std::move(entry);
-    sizes.push_back(bytes);
-    offset += bytes;
-  }
-  std::string text;
-  try {
-    text = header.dump();  // compact, like the reference writer
-  } catch (const nlohmann::json::exception&) {
-    FANOUT_CHECK(false, path, ": tensor names and metadata must be valid UTF-8");
-  }
-  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
-  std::string prefix(8, '\0');
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((text.size() >> (8 * i)) & 0xffu);
-  prefix += text;
-
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  FANOUT_CHECK(fd >= 0, path, ": cannot create '", tmp, "': ", std::strerror(errno));
-  try {
-    write_all(fd, prefix.data(), prefix.size(), path, tmp);
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      write_all(fd, tensors[i].data, sizes[i], path, tmp);
-    }
-    FANOUT_CHECK(::fsync(fd) == 0, path, ": cannot sync '", tmp, "': ", std::strerror(errno));
-    const int rc = ::close(fd);
-    fd = -1;
-    FANOUT_CHECK(rc == 0, path, ": cannot close '", tmp, "': ", std::strerror(errno));
-    FANOUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": cannot rename '", tmp,
-                 "' into place: ", std::strerror(errno));
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  sync_parent_dir(path);
 }
 
 }  // namespace fanout::models

@@ -3,12 +3,15 @@
 // little-endian header length N, N bytes of JSON mapping each tensor name to
 // {"dtype", "shape", "data_offsets": [begin, end)} (plus an optional "__metadata__"
 // string map), then the raw little-endian data. SafetensorsFile validates the whole
-// header when it opens a file, so later reads can trust every offset in it.
+// header when it opens a file, so later reads can trust every offset in it. Only a
+// regular file is opened (a FIFO would block); the header is at most 100 MB with at
+// most 1,000,000 entries, and parses in linear time.
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/core/dtype.h"
@@ -38,7 +41,7 @@ class SafetensorsFile {
 
   // Tensor `name` converted to f32 into out[numel]. The source must be F32, BF16 or F16
   // and numel must equal the entry's; only that tensor's bytes are read. Safe to call
-  // from several threads at once (each call opens its own stream).
+  // from several threads at once (each call opens its own descriptor).
   void read_f32(const std::string& name, float* out, int64_t numel) const;
 
  private:
@@ -46,7 +49,7 @@ class SafetensorsFile {
 
   std::string path_;
   std::vector<SafetensorsEntry> entries_;
-  std::map<std::string, size_t> index_;  // name -> position in entries_
+  std::unordered_map<std::string, size_t> index_;  // name -> position in entries_
   std::map<std::string, std::string> metadata_;
   uint64_t data_start_ = 0;  // file offset of the data section: 8 + header length
 };
@@ -60,8 +63,8 @@ struct SafetensorsTensor {
   const void* data;  // host memory, shape_numel(shape) elements of dtype
 };
 
-// Writes `tensors` laid out in the given order, with the header padded with spaces to
-// a multiple of 8 bytes (as the reference writer does, so the data is 8-byte aligned).
+// (safetensors_write.cpp) Writes `tensors` laid out in the given order, with the header padded with
+// spaces to a multiple of 8 bytes (as the reference writer does, so the data is 8-byte aligned).
 // The file appears atomically: written to path + ".tmp", fsync'd, then renamed.
 void safetensors_write(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});

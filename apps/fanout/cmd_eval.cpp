@@ -1,5 +1,6 @@
 // `fanout eval`: the mean loss of a checkpoint over a data file, with llm.c's
-// no-shuffle windows (B*T+1 tokens advancing by B*T), split over --devices.
+// no-shuffle windows (B*T+1 tokens advancing by B*T), split over --devices. A
+// checkpoint with NaN or Inf weights is refused by the reader, naming the tensor.
 
 #include <cmath>
 #include <cstdio>
@@ -8,10 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/train/data_loader.h"
 #include "apps/train/token_file.h"
+#include "apps/train/train_options.h"
 #include "engine/core/check.h"
+#include "engine/core/checked_math.h"
 #include "engine/parallel/data_parallel.h"
 #include "models/llama_checkpoint.h"
 
@@ -25,16 +29,16 @@ struct EvalArgs {
 };
 
 int run_eval(const EvalArgs& a) {
-  FANOUT_CHECK(a.batch_size > 0, "--batch-size must be positive, got ", a.batch_size);
-  FANOUT_CHECK(a.seq_len > 0, "--seq-len must be positive, got ", a.seq_len);
-  FANOUT_CHECK(a.max_batches >= 0, "--max-batches must not be negative");
+  // The flags' ranges are checked by add_number; their product here.
+  size_mul("--batch-size x --seq-len", {a.batch_size, a.seq_len});
+  FANOUT_CHECK(!a.data.empty(), "--data: an empty string is not a file name");
   std::vector<Device> devices = devices_parse(a.devices);
   devices_check_available(devices);
   models::LlamaConfig config = models::llama_load_config(a.checkpoint);
   FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len ", a.seq_len,
                " exceeds the checkpoint's max_position_embeddings (",
                config.max_position_embeddings, ")");
-  train::TokenData data = train::token_file_load(a.data);
+  train::TokenData data = train::token_file_load(a.data, "--data");
   train::token_data_check_vocab(data, config.vocab_size);
   train::DataLoader loader(data, a.batch_size, a.seq_len, true, false, 0, models::kIgnoreIndex);
 
@@ -82,12 +86,12 @@ Command add_eval_command(CLI::App& app) {
                   "Checkpoint directory (config.json + model.safetensors)")
       ->required();
   cmd->add_option("--data", a->data, "llm.c .bin token file, or a UTF-8 text file")->required();
-  cmd->add_option("--batch-size", a->batch_size, "Rows per batch")->capture_default_str();
-  cmd->add_option("--seq-len", a->seq_len, "Tokens per row")->capture_default_str();
+  add_number(cmd, "--batch-size", a->batch_size, "Rows per batch", int64_t{1}, train::kMaxCount);
+  add_number(cmd, "--seq-len", a->seq_len, "Tokens per row", int64_t{1}, train::kMaxCount);
   cmd->add_option("--devices", a->devices, "Devices, e.g. cpu:0,cpu:1 or auto")
       ->capture_default_str();
-  cmd->add_option("--max-batches", a->max_batches, "Stop after N batches (0: the whole file)")
-      ->capture_default_str();
+  add_number(cmd, "--max-batches", a->max_batches, "Stop after N batches (0: the whole file)",
+             int64_t{0}, train::kMaxCount);
   cmd->add_flag("--json", a->json, "Print a JSON object as the last line");
   return [cmd, a]() -> int { return cmd->parsed() ? run_eval(*a) : -1; };
 }

@@ -1,10 +1,12 @@
 // `fanout generate`: sampling from a checkpoint with a KV cache — greedy when
-// --temperature is 0, else temperature and optional top-k from a seeded RNG.
+// --temperature is 0, else temperature and optional top-k from a seeded RNG. A
+// checkpoint with NaN or Inf weights is refused by the reader, naming the tensor.
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -12,9 +14,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/train/tokenizer.h"
+#include "apps/train/train_options.h"
 #include "engine/core/check.h"
+#include "engine/core/checked_math.h"
 #include "models/llama_checkpoint.h"
 #include "models/llama_generate.h"
 
@@ -69,7 +74,9 @@ int32_t sample(std::vector<float> logits, double temperature, int64_t top_k, std
 int run_generate(const GenerateArgs& a) {
   FANOUT_CHECK(a.prompt.empty() != a.prompt_ids.empty(),
                "give exactly one of --prompt and --prompt-ids");
-  FANOUT_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must not be negative");
+  // add_number checked each flag's range; these guard the arithmetic below anyway.
+  FANOUT_CHECK(a.max_new_tokens >= 0 && a.max_new_tokens <= train::kMaxCount,
+               "--max-new-tokens must be within 0..", train::kMaxCount);
   FANOUT_CHECK(std::isfinite(a.temperature) && a.temperature >= 0,
                "--temperature must be a finite number >= 0, got ", a.temperature);
   FANOUT_CHECK(a.top_k >= 0, "--top-k must not be negative");
@@ -84,7 +91,8 @@ int run_generate(const GenerateArgs& a) {
     prompt = train::byte_encode(a.prompt);
     if (model->config().vocab_size > train::kBot) prompt.insert(prompt.begin(), train::kBot);
   }
-  int64_t total = static_cast<int64_t>(prompt.size()) + a.max_new_tokens;
+  const int64_t total = size_add("the prompt plus --max-new-tokens",
+                                 {static_cast<int64_t>(prompt.size()), a.max_new_tokens});
   FANOUT_CHECK(total <= model->config().max_position_embeddings, "prompt plus --max-new-tokens (",
                total, ") exceeds max_position_embeddings (",
                model->config().max_position_embeddings, ")");
@@ -120,12 +128,13 @@ Command add_generate_command(CLI::App& app) {
   cmd->add_option("--checkpoint", a->checkpoint, "Checkpoint directory")->required();
   cmd->add_option("--prompt", a->prompt, "Prompt text (byte tokenizer)");
   cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as token ids, e.g. 256,72,105");
-  cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate")
-      ->capture_default_str();
-  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", a->top_k, "Sample among the k likeliest (0 = all)")
-      ->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
+  add_number(cmd, "--max-new-tokens", a->max_new_tokens, "Tokens to generate", int64_t{0},
+             train::kMaxCount);
+  add_number(cmd, "--temperature", a->temperature, "0 = greedy", 0.0, 1e6);
+  add_number(cmd, "--top-k", a->top_k, "Sample among the k likeliest (0 = all)", int64_t{0},
+             int64_t{std::numeric_limits<int32_t>::max()});
+  add_number(cmd, "--seed", a->seed, "Sampling seed", uint64_t{0},
+             std::numeric_limits<uint64_t>::max());
   cmd->add_option("--device", a->device, "Device to run on")->capture_default_str();
   cmd->add_flag("--stop-at-eot", a->stop_at_eot, "Stop when the model emits EOT");
   cmd->add_flag("--json", a->json, "Print prompt ids, generated ids and text as JSON");

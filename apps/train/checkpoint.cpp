@@ -10,12 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 
 #include "engine/core/check.h"
+#include "engine/core/file_io.h"
 #include "models/llama_checkpoint.h"
 #include "models/llama_layout.h"
 #include "models/safetensors.h"
@@ -56,6 +55,7 @@ constexpr const char* kOptimizerFormat = "fanout-adamw";
 constexpr const char* kTempTag = ".tmp-";
 constexpr const char* kAsideTag = ".old-";
 constexpr int64_t kStateVersion = 1;
+constexpr uint64_t kMaxStateBytes = uint64_t{64} << 20;
 
 // The two AdamW moments as optimizer.safetensors names them.
 struct Moment {
@@ -145,13 +145,9 @@ bool path_exchange(const fs::path& a, const fs::path& b) {
   return false;
 }
 
+// Only a regular file is read (a FIFO would block), up to a size no state file needs.
 std::string file_read(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  FANOUT_CHECK(in.good(), path.string(), ": cannot open: ", std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  FANOUT_CHECK(!in.bad(), path.string(), ": cannot read");
-  return text.str();
+  return file_read_regular(path.string(), kMaxStateBytes);
 }
 
 // --- sibling directories --------------------------------------------------------
@@ -340,6 +336,10 @@ void optimizer_read(const models::LlamaConfig& config, const fs::path& path, Che
                    ", expected F32");
       file.read_f32(name, values.data() + p.offset, p.numel);
     }
+    // NaN moments would turn the first step's update into NaN weights; a negative
+    // second moment would take a square root of it.
+    models::llama_check_finite(config, values, where, m.prefix,
+                               m.values == &Checkpoint::exp_avg_sq);
   }
 }
 
@@ -353,6 +353,12 @@ void checkpoint_check(const Checkpoint& ckpt) {
   for (const auto& [name, values] : buffers) {
     FANOUT_CHECK(values->size() == total, name, " has ", values->size(),
                  " values, the config needs ", total);
+  }
+  // Never write (and so never name as good) a checkpoint that could not be resumed.
+  models::llama_check_finite(ckpt.config, ckpt.params, "refusing to write it");
+  for (const Moment& m : kMoments) {
+    models::llama_check_finite(ckpt.config, ckpt.*m.values, "refusing to write it", m.prefix,
+                               m.values == &Checkpoint::exp_avg_sq);
   }
   state_check(ckpt.state);
 }
@@ -440,12 +446,16 @@ Checkpoint checkpoint_read(const std::string& dir_arg) {
     FANOUT_CHECK(fs::exists(st), "no such directory");
     FANOUT_CHECK(fs::is_directory(st), "not a directory");
     for (const char* file : {kStateFile, kConfigFile, kModelFile, kOptimizerFile}) {
-      FANOUT_CHECK(fs::is_regular_file(dir / file, ec), "missing ", file,
+      FANOUT_CHECK(fs::exists(fs::status(dir / file, ec)), "missing ", file,
                    " (not a complete checkpoint)");
+      file_check_regular((dir / file).string());  // a FIFO or device is refused by name
     }
     Checkpoint ckpt;
     ckpt.state = state_from_text(file_read(dir / kStateFile));
     ckpt.config = models::llama_config_load((dir / kConfigFile).string());
+    // Resuming trains: weights, gradients and both moments must fit, checked before
+    // any of them is allocated.
+    models::llama_config_check_memory(ckpt.config, kConfigFile, true);
     models::llama_read_weights(ckpt.config, (dir / kModelFile).string(), ckpt.params);
     optimizer_read(ckpt.config, dir / kOptimizerFile, ckpt);
     return ckpt;

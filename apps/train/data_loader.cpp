@@ -6,6 +6,7 @@
 
 #include "apps/train/tokenizer.h"
 #include "engine/core/check.h"
+#include "engine/core/checked_math.h"
 
 namespace fanout::train {
 
@@ -26,8 +27,8 @@ DataLoader::DataLoader(const TokenData& data, int64_t B, int64_t T, bool packing
       ignore_(ignore_index) {
   FANOUT_CHECK(B > 0 && T > 0, "batch size and sequence length must be positive");
   if (packing_) {
-    int64_t n = static_cast<int64_t>(data.tokens.size());
-    batches_ = (n - 1) / (B * T);
+    int64_t n = data.token_count();
+    batches_ = (n - 1) / size_mul("--batch-size x --seq-len tokens per batch", {B, T});
     FANOUT_CHECK(batches_ > 0, data.path, ": ", n, " tokens are fewer than one batch of ", B, " x ",
                  T, " + 1; use a smaller --batch-size or --seq-len");
   } else {
@@ -62,7 +63,8 @@ Batch DataLoader::batch_at(int64_t epoch, int64_t index) const {
   b.targets.resize(B_ * T_);
   int64_t w = window_of(epoch, index);
   if (packing_) {
-    const int32_t* win = data_.tokens.data() + w * B_ * T_;
+    std::vector<int32_t> win(static_cast<size_t>(B_ * T_ + 1));
+    data_.tokens_copy(w * B_ * T_, B_ * T_ + 1, win.data());
     for (int64_t i = 0; i < B_ * T_; ++i) b.inputs[i] = win[i], b.targets[i] = win[i + 1];
     return b;
   }
@@ -86,6 +88,30 @@ Batch DataLoader::next() {
   Batch b = batch_at(state_.epoch, state_.index);
   if (++state_.index == batches_) state_.index = 0, ++state_.epoch;
   return b;
+}
+
+LoaderState DataLoader::state_from(LoaderState saved, int64_t rows, int64_t T) const {
+  const bool same = rows == B_ && (T == T_ || !packing_);
+  if (same) return saved;
+  FANOUT_CHECK(rows > 0 && T > 0, "the checkpoint's batch geometry (", rows, " x ", T,
+               ") is damaged");
+  const std::string was = std::to_string(rows) + " x " + std::to_string(T);
+  const std::string now = std::to_string(B_) + " x " + std::to_string(T_);
+  FANOUT_CHECK(!shuffle_, "the checkpoint read shuffled batches of ", was,
+               " (rows per micro-batch x tokens); batches of ", now,
+               " would visit other data: resume with the same --batch-size / --grad-accum and "
+               "--seq-len, or without --shuffle");
+  // Units: tokens with packing (windows advance by rows * T), documents without.
+  const int64_t unit_was = packing_ ? size_mul("the saved batch", {rows, T}) : rows;
+  const int64_t unit_now = packing_ ? B_ * T_ : B_;
+  const int64_t at = size_mul("the saved data position", {saved.index, unit_was});
+  FANOUT_CHECK(at % unit_now == 0, "the checkpoint stopped at ", packing_ ? "token " : "document ",
+               at, " of its epoch, which is not a boundary of batches of ", now,
+               " (rows per micro-batch x tokens): resume with batches of ", was,
+               " or a size that divides ", at);
+  LoaderState s{saved.epoch, at / unit_now};
+  if (s.index >= batches_) s = {saved.epoch + 1, 0};  // the rest of the epoch holds no batch
+  return s;
 }
 
 void DataLoader::set_state(LoaderState s) {

@@ -39,6 +39,11 @@ class DataLoader {
   Batch batch_at(int64_t epoch, int64_t index) const;
   LoaderState state() const { return state_; }
   void set_state(LoaderState s);
+  // A position saved by a loader with `rows` rows of `T` tokens per batch, in this
+  // loader's batches: the same token (packing on) or document (packing off). Throws
+  // when it does not fall on one of this loader's batch boundaries, or when
+  // shuffled batches of another size make it meaningless.
+  LoaderState state_from(LoaderState saved, int64_t rows, int64_t T) const;
 
  private:
   int64_t window_of(int64_t epoch, int64_t index) const;

@@ -1,30 +1,186 @@
 #include "apps/train/token_file.h"
 
-#include <filesystem>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "apps/train/tokenizer.h"
 #include "engine/core/check.h"
+#include "engine/core/checked_math.h"
+#include "engine/core/file_io.h"
 
 namespace fanout::train {
 
+// Mapped tokens are read as they lie in the file.
+static_assert(std::endian::native == std::endian::little, "llm.c token files are little-endian");
+
 namespace {
 constexpr int kHeaderInts = 256;
+constexpr int64_t kHeaderBytes = kHeaderInts * 4;
+constexpr uint64_t kMaxTextBytes = uint64_t{1} << 30;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+// A read-only descriptor of a regular file, closed with the object. file_check_regular
+// refuses a FIFO or device by name without blocking; fstat then checks that what was
+// opened is that regular file.
+class RegularFd {
+ public:
+  explicit RegularFd(const std::string& path) {
+    file_check_regular(path);
+    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    FANOUT_CHECK(fd_ >= 0, path, ": cannot open: ", std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd_);
+      detail::throw_error(path + ": is not a regular file (it changed while being opened)");
+    }
+    size_ = static_cast<uint64_t>(st.st_size);
+  }
+  ~RegularFd() { ::close(fd_); }
+  RegularFd(const RegularFd&) = delete;
+  RegularFd& operator=(const RegularFd&) = delete;
+  int fd() const { return fd_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+// Up to `bytes` from `offset`; fewer only at the end of the file.
+size_t read_at(int fd, void* dst, size_t bytes, uint64_t offset, const std::string& path) {
+  size_t have = 0;
+  while (have < bytes) {
+    const ssize_t n = ::pread(fd, static_cast<char*>(dst) + have, bytes - have,
+                              static_cast<off_t>(offset + have));
+    if (n < 0 && errno == EINTR) continue;
+    FANOUT_CHECK(n >= 0, path, ": cannot read: ", std::strerror(errno));
+    if (n == 0) break;
+    have += static_cast<size_t>(n);
+  }
+  return have;
 }
 
-void load_bin(TokenData& data, std::ifstream& in, uint64_t file_size) {
+bool name_ends_with_bin(const std::string& path) {
+  if (path.size() < 4) return false;
+  std::string tail = path.substr(path.size() - 4);
+  for (char& c : tail) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return tail == ".bin";
+}
+
+bool is_token_magic(int32_t magic) {
+  return magic == kBinMagicU16 || magic == kBinMagicU32;
+}
+}  // namespace
+
+// --- the mapped token section ------------------------------------------------------
+
+class TokenMap {
+ public:
+  TokenMap(const std::string& path, int fd, uint64_t file_size, int width, int64_t count)
+      : width_(width), count_(count), length_(static_cast<size_t>(file_size)) {
+    // MAP_PRIVATE read-only: pages come from the page cache on demand and are never
+    // anonymous memory, so a file of any size costs only what is touched.
+    void* p = ::mmap(nullptr, length_, PROT_READ, MAP_PRIVATE, fd, 0);
+    FANOUT_CHECK(p != MAP_FAILED, path, ": cannot map the token file: ", std::strerror(errno));
+    base_ = static_cast<const unsigned char*>(p);
+  }
+  ~TokenMap() { ::munmap(const_cast<unsigned char*>(base_), length_); }
+  TokenMap(const TokenMap&) = delete;
+  TokenMap& operator=(const TokenMap&) = delete;
+
+  int64_t count() const { return count_; }
+  // The id as stored (uint32 ids may exceed int32; token_data_check_vocab refuses them).
+  uint32_t raw(int64_t i) const {
+    const unsigned char* p = tokens() + i * width_;
+    if (width_ == 2) {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return v;
+    }
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  void copy(int64_t begin, int64_t n, int32_t* out) const {
+    const unsigned char* p = tokens() + begin * width_;
+    if (width_ == 2) {
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t v;
+        std::memcpy(&v, p + 2 * i, 2);
+        out[i] = v;
+      }
+    } else {
+      std::memcpy(out, p, static_cast<size_t>(n) * 4);
+    }
+  }
+  // The first token in [begin, begin + n) that is >= limit, or -1.
+  int64_t find_at_least(int64_t begin, int64_t n, uint32_t limit) const {
+    bool bad = false;  // one branch-free pass (vectorised); the position only on failure
+    for (int64_t i = begin; i < begin + n; ++i) bad |= raw(i) >= limit;
+    if (!bad) return -1;
+    for (int64_t i = begin;; ++i) {
+      if (raw(i) >= limit) return i;
+    }
+  }
+  // Drops [begin, begin + n) from this process's resident pages (a one-pass scan need
+  // not keep them; they stay in the page cache and come back on the next touch).
+  void release(int64_t begin, int64_t n) const {
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    uintptr_t first = reinterpret_cast<uintptr_t>(tokens() + begin * width_);
+    uintptr_t last = reinterpret_cast<uintptr_t>(tokens() + (begin + n) * width_);
+    first = (first + page - 1) / page * page;
+    last = last / page * page;
+    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  }
+
+ private:
+  const unsigned char* tokens() const { return base_ + kHeaderBytes; }
+  const unsigned char* base_ = nullptr;
+  int width_;
+  int64_t count_;
+  size_t length_;
+};
+
+int64_t TokenData::token_count() const {
+  return map ? map->count() : static_cast<int64_t>(tokens.size());
+}
+
+int32_t TokenData::token_at(int64_t i) const {
+  FANOUT_ASSERT(i >= 0 && i < token_count(), "token ", i, " of ", token_count());
+  return map ? static_cast<int32_t>(map->raw(i)) : tokens[static_cast<size_t>(i)];
+}
+
+void TokenData::tokens_copy(int64_t begin, int64_t count, int32_t* out) const {
+  FANOUT_ASSERT(begin >= 0 && count >= 0 && count <= token_count() - begin, "tokens [", begin,
+                ", +", count, ") of ", token_count());
+  if (map) {
+    map->copy(begin, count, out);
+  } else {
+    std::copy_n(tokens.begin() + begin, count, out);
+  }
+}
+
+// --- loading -------------------------------------------------------------------------
+
+namespace {
+
+void load_bin(TokenData& data, const RegularFd& file) {
   const std::string& path = data.path;
-  FANOUT_CHECK(file_size >= kHeaderInts * 4, path, ": too short for an llm.c token file (",
-               file_size, " bytes, the header alone is 1024)");
-  std::vector<int32_t> header(kHeaderInts);
-  in.read(reinterpret_cast<char*>(header.data()), kHeaderInts * 4);
-  FANOUT_CHECK(in.good(), path, ": cannot read the header");
-  int32_t magic = header[0], version = header[1];
+  const uint64_t file_size = file.size();
+  FANOUT_CHECK(file_size >= kHeaderBytes, path, ": too short for an llm.c token file (", file_size,
+               " bytes, the header alone is 1024)");
+  int32_t header[kHeaderInts];
+  FANOUT_CHECK(read_at(file.fd(), header, kHeaderBytes, 0, path) == kHeaderBytes, path,
+               ": cannot read the header (the file shrank?)");
+  const int32_t magic = header[0], version = header[1];
   int64_t width = 0;
   if (magic == kBinMagicU16) {
     FANOUT_CHECK(version == 1, path, ": magic 20240520 needs version 1, found ", version);
@@ -36,67 +192,147 @@ void load_bin(TokenData& data, std::ifstream& in, uint64_t file_size) {
     detail::throw_error(detail::str_cat(path, ": bad magic ", magic,
                                         " (an llm.c token file starts with 20240520 or 20240801)"));
   }
-  int64_t count = static_cast<uint32_t>(header[2]);
-  uint64_t expected = kHeaderInts * 4 + static_cast<uint64_t>(count) * width;
-  FANOUT_CHECK(file_size == expected, path, ": the header says ", count, " tokens (", expected,
-               " bytes) but the file has ", file_size, " bytes");
+  const int64_t count = static_cast<uint32_t>(header[2]);
+  const int64_t expected =
+      size_add(path + ": the token file's size", {kHeaderBytes, size_mul(path, {count, width})});
+  FANOUT_CHECK(file_size == static_cast<uint64_t>(expected), path, ": the header says ", count,
+               " tokens (", expected, " bytes) but the file has ", file_size, " bytes");
   FANOUT_CHECK(count > 0, path, ": holds no tokens");
-  data.tokens.resize(count);
-  if (width == 2) {
-    std::vector<uint16_t> raw(count);
-    in.read(reinterpret_cast<char*>(raw.data()), count * 2);
-    for (int64_t i = 0; i < count; ++i) data.tokens[i] = raw[i];
-  } else {
-    std::vector<uint32_t> raw(count);
-    in.read(reinterpret_cast<char*>(raw.data()), count * 4);
-    for (int64_t i = 0; i < count; ++i) {
-      FANOUT_CHECK(raw[i] < (1u << 31), path, ": token id ", raw[i], " at position ", i,
-                   " is out of range");
-      data.tokens[i] = static_cast<int32_t>(raw[i]);
-    }
-  }
-  FANOUT_CHECK(in.good(), path, ": cannot read the tokens");
+  data.map =
+      std::make_shared<const TokenMap>(path, file.fd(), file_size, static_cast<int>(width), count);
   data.from_bin = true;
 }
 
-void load_text(TokenData& data, std::ifstream& in) {
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
-  for (const std::string& doc : split_documents(text)) data.documents.push_back(byte_encode(doc));
-  FANOUT_CHECK(!data.documents.empty(), data.path, ": holds no text (only blank lines)");
-  for (const auto& doc : data.documents) {
-    data.tokens.push_back(kBot);
-    data.tokens.insert(data.tokens.end(), doc.begin(), doc.end());
-    data.tokens.push_back(kEot);
+// Note [Streaming text]
+// The text is read in blocks and split into documents as it arrives, exactly as
+// split_documents splits a whole string: a line holding only " \t\r\n" ends the
+// current document, and a document's trailing '\n' and '\r' are trimmed. Each
+// document's bytes go straight into the packed stream after its BOT; only the
+// leading whitespace of a line not yet known to be blank is held aside.
+class TextSplitter {
+ public:
+  explicit TextSplitter(TokenData& data) : data_(data) {}
+
+  void feed(const char* p, size_t n) {
+    const char* end = p + n;
+    while (p < end) {
+      if (line_has_text_) {
+        // The rest of a non-blank line, up to and including its '\n'.
+        const char* nl = static_cast<const char*>(std::memchr(p, '\n', end - p));
+        const char* stop = nl ? nl + 1 : end;
+        append(p, stop);
+        if (nl) line_has_text_ = false;
+        p = stop;
+        continue;
+      }
+      const char c = *p++;
+      if (c == ' ' || c == '\t' || c == '\r') {
+        pending_.push_back(c);
+      } else if (c == '\n') {
+        pending_.clear();  // a blank line ends the document
+        flush();
+      } else {
+        if (doc_start_ < 0) {
+          doc_start_ = static_cast<int64_t>(data_.tokens.size());
+          data_.tokens.push_back(kBot);
+        }
+        append(pending_.data(), pending_.data() + pending_.size());
+        pending_.clear();
+        append(&c, &c + 1);
+        line_has_text_ = true;
+      }
+    }
   }
+
+  void finish() { flush(); }  // a blank last line without '\n' is dropped
+
+ private:
+  void append(const char* first, const char* last) {
+    for (; first < last; ++first) data_.tokens.push_back(static_cast<unsigned char>(*first));
+  }
+  void flush() {
+    if (doc_start_ < 0) return;
+    std::vector<int32_t>& t = data_.tokens;
+    while (t.back() == '\n' || t.back() == '\r') t.pop_back();  // the doc holds a non-space
+    data_.documents.emplace_back(t.begin() + doc_start_ + 1, t.end());
+    t.push_back(kEot);
+    doc_start_ = -1;
+  }
+
+  TokenData& data_;
+  std::string pending_;  // whitespace of the current line while it may still be blank
+  bool line_has_text_ = false;
+  int64_t doc_start_ = -1;  // index of the open document's BOT in data_.tokens, or -1
+};
+
+void load_text(TokenData& data, const RegularFd& file) {
+  const uint64_t limit = token_file_text_limit();
+  FANOUT_CHECK(file.size() <= limit, data.path, ": ", file.size(),
+               " bytes of text is more than the ", limit,
+               " bytes a text file may hold here (text is tokenized in memory at 8 bytes per byte; "
+               "convert it to an llm.c .bin token file, which is memory-mapped)");
+  data.tokens.reserve(static_cast<size_t>(file.size()) + 2);
+  TextSplitter split(data);
+  std::vector<char> block(size_t{1} << 20);
+  for (uint64_t offset = 0;;) {
+    const size_t n = read_at(file.fd(), block.data(), block.size(), offset, data.path);
+    if (n == 0) break;
+    split.feed(block.data(), n);
+    offset += n;
+    // A file that grows while read is cut at the limit rather than read without end.
+    FANOUT_CHECK(offset <= limit, data.path, ": grew past ", limit, " bytes while being read");
+  }
+  split.finish();
+  FANOUT_CHECK(!data.documents.empty(), data.path, ": holds no text (only blank lines)");
 }
+
 }  // namespace
 
-TokenData token_file_load(const std::string& path) {
-  std::error_code ec;
-  FANOUT_CHECK(std::filesystem::exists(path, ec), path, ": no such file");
-  FANOUT_CHECK(std::filesystem::is_regular_file(path, ec), path, ": not a regular file");
-  uint64_t size = std::filesystem::file_size(path, ec);
-  FANOUT_CHECK(!ec, path, ": cannot read its size");
-  FANOUT_CHECK(size > 0, path, ": the file is empty");
-  std::ifstream in(path, std::ios::binary);
-  FANOUT_CHECK(in.good(), path, ": cannot open");
+uint64_t token_file_text_limit() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return kMaxTextBytes;
+  return std::min(kMaxTextBytes, static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 32);
+}
+
+TokenData token_file_load(const std::string& path, std::string_view flag) {
+  FANOUT_CHECK(!path.empty(), flag.empty() ? "" : std::string(flag) + ": ",
+               "an empty string is not a file name");
+  const RegularFd file(path);
+  FANOUT_CHECK(file.size() > 0, path, ": the file is empty");
   TokenData data;
   data.path = path;
-  if (ends_with(path, ".bin")) {
-    load_bin(data, in, size);
+  // The first two header ints decide; the name only matters when they do not match.
+  int32_t head[2] = {0, 0};
+  const bool has_head = read_at(file.fd(), head, sizeof head, 0, path) == sizeof head;
+  if ((has_head && is_token_magic(head[0])) || name_ends_with_bin(path)) {
+    load_bin(data, file);
   } else {
-    load_text(data, in);
+    load_text(data, file);
   }
   return data;
 }
 
 void token_data_check_vocab(const TokenData& data, int64_t vocab_size) {
+  FANOUT_ASSERT(vocab_size > 0 && vocab_size <= (int64_t{1} << 31), "vocab_size ", vocab_size);
+  auto refuse = [&](int64_t id, int64_t i) {
+    detail::throw_error(detail::str_cat(data.path, ": token id ", id, " at position ", i,
+                                        " is out of range for vocabulary size ", vocab_size));
+  };
+  if (data.map) {
+    // In blocks, released after the scan: a large file is checked without becoming resident.
+    constexpr int64_t kBlock = int64_t{1} << 22;
+    const int64_t n = data.map->count();
+    for (int64_t begin = 0; begin < n; begin += kBlock) {
+      const int64_t len = std::min(kBlock, n - begin);
+      const int64_t bad = data.map->find_at_least(begin, len, static_cast<uint32_t>(vocab_size));
+      if (bad >= 0) refuse(data.map->raw(bad), bad);
+      data.map->release(begin, len);
+    }
+    return;
+  }
   for (size_t i = 0; i < data.tokens.size(); ++i) {
-    int32_t t = data.tokens[i];
-    FANOUT_CHECK(t >= 0 && t < vocab_size, data.path, ": token id ", t, " at position ", i,
-                 " is out of range for vocabulary size ", vocab_size);
+    const int32_t t = data.tokens[i];
+    if (t < 0 || t >= vocab_size) refuse(t, static_cast<int64_t>(i));
   }
 }
 

@@ -29,15 +29,24 @@ struct TrainOptions {
   int64_t steps = 300, warmup = 30;
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8,
          clip = 1.0;
-  std::string schedule = "cosine", precision;  // precision "": fp32 on CPU, bf16 on CUDA
+  std::string schedule = "cosine", precision = "fp32";  // bf16: not implemented yet
   uint64_t seed = 1234;
   // run
   std::string out, resume, trace;
-  int64_t save_every = 100, eval_every = 100;
+  int64_t save_every = 100, eval_every = 100, eval_batches = 0;  // eval_batches 0: the whole set
   bool json = false;
   // ddp (set by the launcher's environment)
   double timeout = 300.0;
 };
+
+// Bounds on what a flag (or a resumed run's saved settings) may ask for: counts of
+// steps, rows, tokens per row and intervals; the gradient bucket size in MiB.
+constexpr int64_t kMaxCount = 1'000'000'000;
+constexpr double kMaxBucketMb = 1'000'000;
+
+// Every setting on its own in range (numbers finite, counts within kMaxCount, names
+// known), whether it came from a flag or from a checkpoint; throws naming the flag.
+void train_options_validate(const TrainOptions& o);
 
 nlohmann::json train_options_to_json(const TrainOptions& o);
 // Takes every setting from `j` except the names in `keep` (flags the user gave

@@ -3,17 +3,24 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdint>
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/core/check.h"
 #include "models/llama_config.h"
+#include "tests/apps/fanout/checkpoint_util.h"
 #include "tests/apps/fanout/cli_runner.h"
+#include "tests/apps/fanout/input_util.h"
 
 using namespace fanout;
 using namespace fanout::models;
 using nlohmann::json;
 
 using fanout::test::error_of;
+using fanout::test::file_write;
+using fanout::test::TempDir;
 
 namespace {
 
@@ -183,4 +190,101 @@ TEST_CASE("inconsistent values are refused naming the field") {
   LlamaConfig c = llama_preset("tiny");
   c.num_hidden_layers = 0;
   CHECK(error_of([&] { c.validate("mine"); }) == "mine: num_hidden_layers must be positive, got 0");
+}
+
+// --- sizes and types from config.json (issue 17) ------------------------------
+
+TEST_CASE("sizes whose products overflow are refused naming the fields before allocating") {
+  json j = tiny_json();
+  j["hidden_size"] = int64_t{1} << 40;
+  j["intermediate_size"] = int64_t{1} << 40;
+  j["head_dim"] = 64;
+  check_refused(j, "does not fit in 64 bits");
+  CHECK(from_json_error(j).find("hidden_size") != std::string::npos);
+  j = tiny_json();
+  j["num_hidden_layers"] = int64_t{1} << 62;
+  check_refused(j, "num_hidden_layers x the parameters of one layer is too large");
+  // An unsigned value past int64 must not wrap into a negative one.
+  j = tiny_json();
+  j["num_hidden_layers"] = std::numeric_limits<uint64_t>::max();
+  check_refused(j, "\"num_hidden_layers\" is 18446744073709551615, out of range");
+}
+
+TEST_CASE("a model whose weights cannot fit is refused naming the fields and the bytes") {
+  // 2,000,000,000 layers of a tiny model: 3.9e14 parameters, 1.6 PB of weights. The
+  // old code went on to lay out 18e9 tensors (a hang, then std::bad_alloc).
+  json j = tiny_json();
+  j["num_hidden_layers"] = 2'000'000'000;
+  const std::string msg = from_json_error(j);
+  INFO("message: " << msg);
+  CHECK(msg.find("cfg.json: the model has ") == 0);
+  CHECK(msg.find("num_hidden_layers 2000000000 x 196864 per layer") != std::string::npos);
+  CHECK(msg.find("fp32 weights need 1574912000265728 bytes") != std::string::npos);
+  j = tiny_json();
+  j["vocab_size"] = 2'000'000'000;
+  j["hidden_size"] = 65536;
+  j["head_dim"] = 64;
+  check_refused(j, "vocab_size 2000000000 x hidden_size 65536 embeddings");
+  // Training needs four times the weights' bytes.
+  const LlamaConfig tiny = llama_preset("tiny");
+  CHECK_NOTHROW(llama_config_check_memory(tiny, "tiny", true));
+  LlamaConfig big = tiny;
+  big.num_hidden_layers = 20'000'000;  // 3.9e12 parameters: 63 TB to train
+  CHECK(error_of([&] {
+          llama_config_check_memory(big, "big", true);
+        }).find("weights, gradients and two AdamW moments need 62996481062912") !=
+        std::string::npos);
+  CHECK(error_of([&] { big.validate("big"); }).find("big: the model has") == 0);
+  // Layers small enough to fit in bytes still cost a name each: bounded too.
+  LlamaConfig thin = tiny;
+  thin.hidden_size = thin.intermediate_size = 2;
+  thin.num_attention_heads = thin.num_key_value_heads = 1;
+  thin.head_dim = 2;
+  thin.num_hidden_layers = 100'000;
+  CHECK(error_of([&] { thin.validate("thin"); }) ==
+        "thin: num_hidden_layers 100000 is more than the 65536 fanout supports");
+}
+
+TEST_CASE("config.json type errors name the field and what was expected") {
+  json j = tiny_json();
+  j["model_type"] = 3;
+  check_refused(j, "model_type must be a string (\"llama\"), got 3");
+  j = tiny_json();
+  j["hidden_act"] = json::array({"silu"});
+  check_refused(j, "hidden_act must be a string (\"silu\"), got a JSON array");
+  j = tiny_json();
+  j["rope_parameters"] = 5;
+  check_refused(j, "rope_parameters must be a JSON object, got 5");
+  j = tiny_json();
+  j["rope_parameters"] = {{"rope_type", 1}};
+  check_refused(j, "rope_parameters.rope_type must be a string (\"default\"), got 1");
+  j = tiny_json();
+  j["attention_bias"] = "no";
+  check_refused(j, "attention_bias must be true or false, got \"no\"");
+  j = tiny_json();
+  j["vocab_size"] = 259.5;
+  check_refused(j, "\"vocab_size\" must be an integer, got 259.5");
+  j = tiny_json();
+  j["rms_norm_eps"] = json::object();
+  check_refused(j, "\"rms_norm_eps\" must be a number, got a JSON object");
+}
+
+TEST_CASE("llama_config_load names JSON errors and refuses a FIFO without blocking") {
+  TempDir dir;
+  file_write(dir / "bad.json", "{\"vocab_size\": 259,");
+  const std::string bad = error_of([&] { llama_config_load(dir / "bad.json"); });
+  CHECK(bad.find(dir / "bad.json: not valid JSON: ") == 0);
+  CHECK(bad.find("json.exception") == std::string::npos);
+  // A number past double names itself rather than becoming infinity.
+  json j = tiny_json();
+  std::string text = j.dump();
+  text.replace(text.find("\"rope_theta\":10000.0"), 20, "\"rope_theta\":1e999");
+  file_write(dir / "inf.json", text);
+  CHECK(error_of([&] { llama_config_load(dir / "inf.json"); }) ==
+        dir / "inf.json: not valid JSON: number overflow parsing '1e999'");
+  fanout::test::Fifo fifo(dir / "config.json");
+  CHECK(error_of([&] { llama_config_load(fifo.path()); }) ==
+        fifo.path() + ": is a FIFO, not a regular file");
+  CHECK(error_of([&] { llama_config_load(dir / "missing.json"); }) ==
+        dir / "missing.json: no such file");
 }

@@ -1,17 +1,22 @@
 // `fanout eval` through the real binary: the loss and token count of a good
 // checkpoint (the same on one device as on two), then one broken input at a time
-// (checkpoint directory, config.json, model.safetensors, data file, flags), each
-// a non-zero exit with exactly one line on stderr saying what is wrong.
+// (checkpoint directory, config.json, model.safetensors, data file, flags; FIFOs,
+// non-finite weights, sizes that cannot fit, huge data files), each a non-zero exit
+// with exactly one line on stderr saying what is wrong.
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "apps/train/token_file.h"
 #include "engine/core/cuda_runtime.h"
 #include "tests/apps/fanout/checkpoint_util.h"
 #include "tests/apps/fanout/cli_runner.h"
+#include "tests/apps/fanout/input_util.h"
 
 using namespace fanout;
 using namespace fanout::test;
@@ -95,7 +100,7 @@ TEST_CASE("eval reports a finite positive loss over batches times B times T toke
   EvalFiles f;
   for (const std::string& data : {f.text, f.bin}) {
     CAPTURE(data);
-    int64_t n = static_cast<int64_t>(train::token_file_load(data).tokens.size());
+    int64_t n = train::token_file_load(data).token_count();
     nlohmann::json j = eval_json(f.ckpt, data);
     double loss = j["loss"].get<double>();
     CHECK(std::isfinite(loss));
@@ -269,10 +274,32 @@ TEST_CASE("eval refuses a seq-len above max_position_embeddings") {
               "exceeds the checkpoint's max_position_embeddings (64)");
 }
 
-TEST_CASE("eval refuses a zero batch size") {
+TEST_CASE("eval refuses numeric flags out of range or empty naming the flag") {
   EvalFiles f;
-  check_fails(eval(f.ckpt, f.bin, {"--batch-size", "0", "--seq-len", "16"}),
-              "--batch-size must be positive");
+  struct Case {
+    const char* flag;
+    const char* value;
+    const char* phrase;
+  };
+  for (const Case& c : {Case{"--batch-size", "0", "--batch-size: '0' is out of range"},
+                        Case{"--batch-size", "", "--batch-size: an empty value is not a number"},
+                        Case{"--batch-size", "4611686018427387904", "is out of range"},
+                        Case{"--seq-len", "-16", "--seq-len: '-16' is out of range"},
+                        Case{"--seq-len", "1e3", "--seq-len: '1e3' is not a whole number"},
+                        Case{"--max-batches", "-1", "--max-batches: '-1' is out of range"},
+                        Case{"--max-batches", "", "--max-batches: an empty value"}}) {
+    CAPTURE(c.flag);
+    CAPTURE(c.value);
+    // The flag under test replaces its default (given twice, CLI11 refuses the repeat).
+    std::vector<std::string> flags = {"--batch-size", "2", "--seq-len", "16"};
+    auto it = std::find(flags.begin(), flags.end(), c.flag);
+    if (it != flags.end()) {
+      it[1] = c.value;
+    } else {
+      flags.insert(flags.end(), {c.flag, c.value});
+    }
+    check_fails(eval(f.ckpt, f.bin, flags), c.phrase);
+  }
 }
 
 TEST_CASE("eval on an unavailable cuda device is one line and a non-zero exit") {
@@ -280,4 +307,118 @@ TEST_CASE("eval on an unavailable cuda device is one line and a non-zero exit") 
   EvalFiles f;
   check_fails(eval(f.ckpt, f.bin, {"--batch-size", "2", "--seq-len", "16", "--devices", "cuda:0"}),
               "cuda:0 is not available");
+}
+
+// --- issue 17: non-regular files, non-finite weights, sizes, memory -----------
+
+namespace {
+// A LimitedRun that ended by itself, non-zero, with one stderr line holding `phrase`.
+void check_fails_limited(const LimitedRun& r, const std::string& phrase) {
+  INFO("rc " << r.rc << " timed out " << r.timed_out << " stderr: " << r.err);
+  CHECK_FALSE(r.timed_out);
+  CHECK(r.rc == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(r.err.find("fanout: error: ") == 0);
+  CHECK(r.err.find(phrase) != std::string::npos);
+}
+
+std::vector<std::string> eval_args(const std::string& ckpt, const std::string& data) {
+  return {"eval", "--checkpoint", ckpt, "--data", data, "--batch-size", "2", "--seq-len", "16"};
+}
+}  // namespace
+
+TEST_CASE("eval refuses a FIFO as config.json, model.safetensors or --data without blocking") {
+  for (const char* which : {"config.json", "model.safetensors", "data"}) {
+    CAPTURE(which);
+    EvalFiles f;
+    std::string data = f.bin;
+    if (std::string(which) == "data") {
+      data = f.dir / "fifo.bin";
+    } else {
+      fs::remove(f.ckpt + "/" + which);
+    }
+    Fifo fifo(std::string(which) == "data" ? data : f.ckpt + "/" + which);
+    check_fails_limited(run_fanout_limited(eval_args(f.ckpt, data)),
+                        fifo.path() + ": is a FIFO, not a regular file");
+  }
+}
+
+TEST_CASE("eval refuses an empty --data") {
+  EvalFiles f;
+  check_fails(eval(f.ckpt, ""), "--data: an empty string is not a file name");
+}
+
+TEST_CASE("eval names the tensor of a checkpoint holding NaN or Inf") {
+  for (float bad : {std::nanf(""), -INFINITY}) {
+    CAPTURE(bad);
+    EvalFiles f;
+    std::vector<HostTensor> w = weights_read(f.ckpt);
+    for (HostTensor& t : w) {
+      if (t.name == "model.layers.0.mlp.down_proj.weight") t.data[10] = bad;
+    }
+    weights_write(f.ckpt, w);
+    check_fails(eval(f.ckpt, f.bin),
+                "tensor 'model.layers.0.mlp.down_proj.weight' holds non-finite values (" +
+                    std::string(std::isnan(bad) ? "nan" : "-inf") + " at index 10)");
+  }
+}
+
+TEST_CASE("eval refuses a config whose model cannot fit, naming the field and the bytes") {
+  EvalFiles f;
+  // The old binary laid out 18e9 tensors (minutes, then std::bad_alloc).
+  config_edit(f.ckpt, [](nlohmann::json& j) { j["num_hidden_layers"] = 2'000'000'000; });
+  check_fails_limited(run_fanout_limited(eval_args(f.ckpt, f.bin)),
+                      "num_hidden_layers 2000000000 x 196864 per layer");
+  config_edit(f.ckpt, [](nlohmann::json& j) {
+    j["num_hidden_layers"] = 1;
+    j["vocab_size"] = 2'000'000'000;
+    j["hidden_size"] = 1 << 20;
+  });
+  check_fails_limited(run_fanout_limited(eval_args(f.ckpt, f.bin)),
+                      "vocab_size 2000000000 x hidden_size 1048576 embeddings");
+}
+
+// The peak memory of an eval whose data is refused, above that of one on a tiny file.
+TEST_CASE("eval refuses a 2 GB text file at once and checks a token file without reading it in") {
+  EvalFiles f;
+  const LimitedRun small = run_fanout_limited(eval_args(f.ckpt, f.bin));
+  REQUIRE(small.rc == 0);
+  // Sparse files: no disk space, instant to make.
+  const std::string text = f.dir / "big.txt";
+  file_write(text, "");
+  fs::resize_file(text, uint64_t{2} << 30);
+  const LimitedRun big_text = run_fanout_limited(eval_args(f.ckpt, text), 5);
+  check_fails_limited(big_text, text + ": 2147483648 bytes of text is more than the ");
+  CHECK(big_text.err.find("convert it to an llm.c .bin token file") != std::string::npos);
+  CHECK(big_text.max_rss_kb - small.max_rss_kb < 50 * 1024);  // the old binary: 8.5 GB
+
+  // 256 MB of uint16 tokens, all 0 but the last (300, outside the vocabulary).
+  const std::string bin = f.dir / "big.bin";
+  const int64_t count = (int64_t{256} << 20) / 2;
+  std::string head = file_read(f.bin).substr(0, 1024);
+  const int32_t n32 = static_cast<int32_t>(count);
+  std::memcpy(head.data() + 8, &n32, 4);
+  file_write(bin, head);
+  fs::resize_file(bin, 1024 + 2 * count);
+  {
+    std::fstream out(bin, std::ios::in | std::ios::out | std::ios::binary);
+    out.seekp(1024 + 2 * (count - 1));
+    const uint16_t id = 300;
+    out.write(reinterpret_cast<const char*>(&id), 2);
+  }
+  const LimitedRun big_bin = run_fanout_limited(eval_args(f.ckpt, bin));
+  check_fails_limited(big_bin, "token id 300 at position " + std::to_string(count - 1));
+  // The old binary held the file and a 4-byte copy of every token: 768 MB more.
+  CHECK_MESSAGE(big_bin.max_rss_kb - small.max_rss_kb < 100 * 1024,
+                "peak " << big_bin.max_rss_kb << " KB against " << small.max_rss_kb << " KB");
+}
+
+TEST_CASE("eval reads a token file named otherwise as tokens, not text") {
+  EvalFiles f;
+  const nlohmann::json want = eval_json(f.ckpt, f.bin);
+  for (const char* name : {"data.BIN", "data.bin.1"}) {
+    CAPTURE(name);
+    fs::copy_file(f.bin, f.dir / name);
+    CHECK(eval_json(f.ckpt, f.dir / name) == want);  // read as text: 1,424 bytes, other batches
+  }
 }

@@ -1,14 +1,17 @@
 // `fanout generate` through the real binary on a tiny random checkpoint: greedy
 // decoding gives exactly --max-new-tokens ids and repeats itself, sampling repeats
 // per seed and differs across seeds, --prompt-ids feeds ids as given, and bad
-// flags are a non-zero exit with one line on stderr.
+// flags, non-finite weights and a FIFO as config.json are a non-zero exit with one
+// line on stderr.
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "tests/apps/fanout/checkpoint_util.h"
 #include "tests/apps/fanout/cli_runner.h"
+#include "tests/apps/fanout/input_util.h"
 
 using namespace fanout::test;
 
@@ -147,8 +150,69 @@ TEST_CASE("generate refuses more tokens than max_position_embeddings") {
   CHECK(j["ids"].size() == 58);
 }
 
-TEST_CASE("generate refuses a negative temperature") {
+TEST_CASE("generate refuses numeric flags out of range or empty naming the flag") {
   GenerateFiles f;
-  check_fails(generate(f.ckpt, {"--prompt", "Hi", "--temperature", "-1"}),
-              "--temperature must be a finite number >= 0");
+  struct Case {
+    const char* flag;
+    const char* value;
+    const char* phrase;
+  };
+  for (const Case& c :
+       {Case{"--temperature", "-1", "--temperature: '-1' is out of range"},
+        Case{"--temperature", "inf", "--temperature: 'inf' is not a finite number"},
+        Case{"--temperature", "nan", "--temperature: 'nan' is not a finite number"},
+        Case{"--temperature", "", "--temperature: an empty value is not a number"},
+        Case{"--top-k", "-1", "--top-k: '-1' is out of range"},
+        Case{"--top-k", "", "--top-k: an empty value is not a number"},
+        Case{"--seed", "-1", "--seed: '-1' is negative"},
+        Case{"--seed", "", "--seed: an empty value is not a number"},
+        Case{"--max-new-tokens", "-1", "--max-new-tokens: '-1' is out of range"},
+        Case{"--max-new-tokens", "", "--max-new-tokens: an empty value is not a number"}}) {
+    CAPTURE(c.flag);
+    CAPTURE(c.value);
+    std::vector<std::string> flags = {"--prompt", "Hi", "--max-new-tokens", "2"};
+    if (std::string(c.flag) == "--max-new-tokens") {
+      flags[3] = c.value;
+    } else {
+      flags.insert(flags.end(), {c.flag, c.value});
+    }
+    check_fails(generate(f.ckpt, flags), c.phrase);
+  }
+}
+
+// UBSan found prompt length + --max-new-tokens overflowing at INT64_MAX; the old binary
+// then said "generation would pass 1 positions".
+TEST_CASE("generate refuses a --max-new-tokens that would overflow the position count") {
+  GenerateFiles f;
+  for (const char* n : {"9223372036854775807", "9223372036854775802", "1000000001"}) {
+    CAPTURE(n);
+    check_fails(generate(f.ckpt, {"--prompt", "Hello", "--max-new-tokens", n}),
+                "--max-new-tokens: '" + std::string(n) + "' is out of range (expected 0..");
+  }
+  check_fails(generate(f.ckpt, {"--prompt", "Hello", "--max-new-tokens", "1000000000"}),
+              "prompt plus --max-new-tokens (1000000006) exceeds max_position_embeddings (64)");
+}
+
+TEST_CASE("generate names the tensor of a checkpoint holding NaN") {
+  GenerateFiles f;
+  std::vector<HostTensor> w = weights_read(f.ckpt);
+  for (HostTensor& t : w) {
+    if (t.name == "lm_head.weight") t.data[0] = std::nanf("");
+  }
+  weights_write(f.ckpt, w);
+  check_fails(
+      generate(f.ckpt, kGreedy),
+      "model.safetensors: tensor 'lm_head.weight' holds non-finite values (nan at index 0)");
+}
+
+TEST_CASE("generate refuses a FIFO as config.json without blocking") {
+  GenerateFiles f;
+  std::filesystem::remove(f.ckpt + "/config.json");
+  Fifo fifo(f.ckpt + "/config.json");
+  const LimitedRun r = run_fanout_limited({"generate", "--checkpoint", f.ckpt, "--prompt", "Hi"});
+  INFO("stderr: " << r.err);
+  CHECK_FALSE(r.timed_out);
+  CHECK(r.rc == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(r.err.find(fifo.path() + ": is a FIFO, not a regular file") != std::string::npos);
 }

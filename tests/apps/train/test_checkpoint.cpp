@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "models/llama_layout.h"
 #include "models/safetensors.h"
 #include "tests/apps/fanout/cli_runner.h"
+#include "tests/apps/fanout/input_util.h"
 
 using namespace fanout;
 using namespace fanout::train;
@@ -468,4 +470,105 @@ TEST_CASE("checkpoint write killed at random moments leaves a complete checkpoin
   checkpoint_write(dir, ckpt);
   CHECK(stamped(checkpoint_read(dir), 99999));
   CHECK(other_entries(fs::path(tmp.path), "final").empty());
+}
+
+// --- issue 17: non-finite state and non-regular files --------------------------
+
+TEST_CASE("checkpoint write refuses non-finite params or moments and writes nothing") {
+  TempDir tmp;
+  const models::LlamaLayout layout(test_config(false));
+  const int64_t norm = layout.find("model.norm.weight")->offset;
+  const int64_t up = layout.find("model.layers.0.mlp.up_proj.weight")->offset;
+  struct Case {
+    std::vector<float> Checkpoint::*values;
+    int64_t at;
+    float value;
+    const char* phrase;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const Case& c :
+       {Case{&Checkpoint::params, norm + 5, nan,
+             "tensor 'model.norm.weight' holds non-finite values (nan at index 5)"},
+        Case{&Checkpoint::exp_avg, up, -inf,
+             "tensor 'exp_avg.model.layers.0.mlp.up_proj.weight' holds non-finite values (-inf"},
+        Case{&Checkpoint::exp_avg_sq, up + 7, -1e-9f,
+             "tensor 'exp_avg_sq.model.layers.0.mlp.up_proj.weight' holds a negative value"}}) {
+    CAPTURE(c.phrase);
+    Checkpoint ckpt = test_checkpoint(test_config(false), 6);
+    (ckpt.*c.values)[static_cast<size_t>(c.at)] = c.value;
+    const std::string msg = error_of([&] { checkpoint_write(tmp / "step-000006", ckpt); });
+    CHECK(msg.rfind("checkpoint " + tmp / "step-000006: refusing to write it: ", 0) == 0);
+    CHECK(msg.find(c.phrase) != std::string::npos);
+    CHECK(fs::is_empty(tmp.path));  // not even a temporary directory
+  }
+}
+
+TEST_CASE("checkpoint read refuses non-finite weights or moments naming the tensor") {
+  TempDir tmp;
+  const std::string dir = tmp / "step-000007";
+  const models::LlamaLayout layout(test_config(false));
+  struct Case {
+    const char* file;
+    const char* tensor;
+    float value;
+    const char* phrase;
+  };
+  for (const Case& c :
+       {Case{"model.safetensors", "model.layers.0.self_attn.k_proj.weight",
+             std::numeric_limits<float>::infinity(),
+             "model.safetensors: tensor 'model.layers.0.self_attn.k_proj.weight' holds "
+             "non-finite values (inf at index 3)"},
+        Case{"optimizer.safetensors", "exp_avg.lm_head.weight",
+             std::numeric_limits<float>::quiet_NaN(),
+             "optimizer.safetensors: tensor 'exp_avg.lm_head.weight' holds non-finite values"},
+        Case{"optimizer.safetensors", "exp_avg_sq.model.embed_tokens.weight", -0.5f,
+             "optimizer.safetensors: tensor 'exp_avg_sq.model.embed_tokens.weight' holds a "
+             "negative value (-0.5 at index 3)"}}) {
+    CAPTURE(c.phrase);
+    checkpoint_write(dir, test_checkpoint(test_config(false), 7));
+    const std::string path = dir + "/" + c.file;
+    auto tensors = tensors_read(path);
+    for (NamedTensor& t : tensors) {
+      if (t.name == c.tensor) t.data[3] = c.value;
+    }
+    models::safetensors_write(
+        path,
+        [&] {
+          std::vector<models::SafetensorsTensor> st;
+          for (const NamedTensor& t : tensors)
+            st.push_back({t.name, DType::f32, t.shape, t.data.data()});
+          return st;
+        }(),
+        {{"format", std::string(c.file) == "model.safetensors" ? "pt" : "fanout-adamw"}});
+    const std::string msg = error_of([&] { checkpoint_read(dir); });
+    CHECK(msg.rfind("checkpoint " + dir + ": ", 0) == 0);
+    CHECK(msg.find(c.phrase) != std::string::npos);
+  }
+}
+
+TEST_CASE("checkpoint read refuses a FIFO for any of its files without blocking") {
+  TempDir tmp;
+  const std::string dir = tmp / "step-000008";
+  for (const char* file :
+       {"trainer_state.json", "config.json", "model.safetensors", "optimizer.safetensors"}) {
+    CAPTURE(file);
+    checkpoint_write(dir, test_checkpoint(test_config(false), 8));
+    fs::remove(dir + "/" + file);
+    fanout::test::Fifo fifo(dir + "/" + file);
+    CHECK(error_of([&] { checkpoint_read(dir); }) ==
+          "checkpoint " + dir + ": " + file + ": is a FIFO, not a regular file");
+  }
+}
+
+TEST_CASE("checkpoint read refuses a model too large to train before reading weights") {
+  TempDir tmp;
+  const std::string dir = tmp / "step-000009";
+  checkpoint_write(dir, test_checkpoint(test_config(false), 9));
+  nlohmann::json j = nlohmann::json::parse(file_read(dir + "/config.json"));
+  j["num_hidden_layers"] = 1'000'000'000;  // 2e14 parameters
+  file_write(dir + "/config.json", j.dump());
+  const std::string msg = error_of([&] { checkpoint_read(dir); });
+  CHECK(msg.rfind("checkpoint " + dir + ": config.json: the model has ", 0) == 0);
+  CHECK(msg.find("num_hidden_layers 1000000000 x 196864 per layer") != std::string::npos);
 }

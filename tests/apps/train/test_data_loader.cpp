@@ -10,9 +10,11 @@
 #include "apps/train/data_loader.h"
 #include "apps/train/tokenizer.h"
 #include "engine/core/check.h"
+#include "tests/apps/fanout/cli_runner.h"
 
 using namespace fanout;
 using namespace fanout::train;
+using fanout::test::error_of;
 
 namespace {
 constexpr int32_t kIgnore = -100;
@@ -184,4 +186,39 @@ TEST_CASE("packing off needs enough documents from a text file") {
   CHECK(three.batches_per_epoch() == 1);
   DataLoader two(d, 2, 4, false, false, 0, kIgnore);  // the third document is left over
   CHECK(two.batches_per_epoch() == 1);
+}
+
+TEST_CASE("a saved position maps onto batches of another size only at a batch boundary") {
+  TokenData d = counting(4097);                      // 4096 windows of one token, + 1
+  DataLoader now(d, 4, 8, true, false, 0, kIgnore);  // 32-token batches: 128 per epoch
+  // Saved by 2 x 8 batches at index 6: token 96, batch 3 of 32 tokens.
+  LoaderState s = now.state_from({1, 6}, 2, 8);
+  CHECK(s.epoch == 1);
+  CHECK(s.index == 3);
+  CHECK(now.batch_at(s.epoch, s.index).inputs[0] == 96);
+  // Token 80 is not a multiple of 32: refused, naming both geometries.
+  std::string why = error_of([&] { now.state_from({0, 5}, 2, 8); });
+  CHECK(why.find("token 80 of its epoch, which is not a boundary of batches of 4 x 8") !=
+        std::string::npos);
+  // Other tokens per row, same token position: 16 x 2 batches at index 3 = token 96.
+  CHECK(now.state_from({0, 3}, 16, 2).index == 3);
+  // The same geometry passes through untouched.
+  CHECK(now.state_from({2, 7}, 4, 8).index == 7);
+  // Shuffled batches of another size visit other data: refused.
+  DataLoader shuffled(d, 4, 8, true, true, 1, kIgnore);
+  CHECK(error_of([&] { shuffled.state_from({0, 2}, 2, 8); }).find("shuffled") != std::string::npos);
+  // Past the new epoch's last batch: the next epoch starts.
+  TokenData longer = counting(5097);
+  DataLoader big(longer, 32, 32, true, false, 0, kIgnore);  // 1024-token batches: 4 per epoch
+  LoaderState end = big.state_from({0, 128}, 1, 32);        // token 4096: no batch left
+  CHECK(end.epoch == 1);
+  CHECK(end.index == 0);
+}
+
+TEST_CASE("a batch whose token count overflows is refused, not divided by zero") {
+  TokenData d = counting(100);
+  // 2^32 x 2^32 wraps to 0 in 64 bits: a plain product would divide by zero.
+  std::string why =
+      error_of([&] { DataLoader(d, int64_t{1} << 32, int64_t{1} << 32, true, false, 0, kIgnore); });
+  CHECK(why.find("does not fit in 64 bits") != std::string::npos);
 }
