@@ -2,10 +2,12 @@
 // apps/train/train_options.h). With no flags: the tiny preset on every available
 // device, on the embedded default corpus.
 
+#include <limits>
 #include <memory>
 #include <set>
 #include <string>
 
+#include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/train/trainer.h"
 
@@ -15,10 +17,22 @@ Command add_train_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a Llama model with data parallelism");
   auto o = std::make_shared<train::TrainOptions>();
   auto opts = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>();
-  auto add = [&](const std::string& name, auto& member, const std::string& help) {
+  // Text: given means non-empty ('--data ""' must not quietly mean "the default").
+  auto add = [&](const std::string& name, std::string& member, const std::string& help) {
     CLI::Option* opt = cmd->add_option("--" + name, member, help)->capture_default_str();
+    opt->check(CLI::Validator(
+        [](std::string& text) {
+          return text.empty() ? std::string("an empty value is not allowed") : std::string();
+        },
+        "TEXT"));
     opts->emplace_back(name, opt);
   };
+  // Numbers: range-checked text (cli_flags.h); train_prepare checks how they combine.
+  auto num = [&](const std::string& name, auto& member, auto lo, auto hi, const std::string& help) {
+    using T = std::remove_reference_t<decltype(member)>;
+    opts->emplace_back(name, add_number<T>(cmd, "--" + name, member, help, lo, hi));
+  };
+  constexpr int64_t kMaxCount = train::kMaxCount;
   auto flag = [&](const std::string& name, bool& member, const std::string& help) {
     opts->emplace_back(name, cmd->add_flag("--" + name, member, help));
   };
@@ -38,33 +52,39 @@ Command add_train_command(CLI::App& app) {
   add("strategy", o->strategy, "dp, zero1 or ddp");
   add("loss-on", o->loss_on, "output (faithful nn.DataParallel) or replicas");
   flag("overlap", o->overlap, "Reduce gradient buckets while backward runs");
-  add("bucket-mb", o->bucket_mb, "Gradient bucket size for --overlap (fractions allowed)");
+  num("bucket-mb", o->bucket_mb, 0.0, train::kMaxBucketMb,
+      "Gradient bucket size for --overlap (fractions allowed)");
   // batch
-  add("batch-size", o->batch_size, "Global rows per step");
+  num("batch-size", o->batch_size, int64_t{1}, kMaxCount, "Global rows per step");
   add("micro-batch-sizes", o->micro_batch_sizes, "Rows per device in each micro-batch, e.g. 2,6");
-  add("seq-len", o->seq_len, "Tokens per row (0: the preset's)");
-  add("grad-accum", o->grad_accum, "Micro-batches per step");
+  num("seq-len", o->seq_len, int64_t{0}, kMaxCount, "Tokens per row (0: the preset's)");
+  num("grad-accum", o->grad_accum, int64_t{1}, kMaxCount, "Micro-batches per step");
   // optimisation
-  add("steps", o->steps, "Total optimizer steps of the run");
-  add("lr", o->lr, "Peak learning rate");
-  add("min-lr", o->min_lr, "Final learning rate of the cosine schedule");
-  add("warmup", o->warmup, "Linear warmup steps");
+  num("steps", o->steps, int64_t{1}, kMaxCount, "Total optimizer steps of the run");
+  num("lr", o->lr, 0.0, 1e6, "Peak learning rate");
+  num("min-lr", o->min_lr, 0.0, 1e6, "Final learning rate of the cosine schedule");
+  num("warmup", o->warmup, int64_t{0}, kMaxCount, "Linear warmup steps");
   add("schedule", o->schedule, "cosine or constant");
-  add("weight-decay", o->weight_decay, "AdamW weight decay (tensors with >= 2 dims)");
-  add("beta1", o->beta1, "AdamW beta1");
-  add("beta2", o->beta2, "AdamW beta2");
-  add("eps", o->eps, "AdamW epsilon");
-  add("clip", o->clip, "Global gradient-norm clip (0: off)");
-  add("precision", o->precision, "fp32 or bf16 (default: fp32 on CPU, bf16 on CUDA)");
-  add("seed", o->seed, "Initialisation and shuffling seed");
+  num("weight-decay", o->weight_decay, 0.0, 1e6, "AdamW weight decay (tensors with >= 2 dims)");
+  num("beta1", o->beta1, 0.0, 1.0, "AdamW beta1");
+  num("beta2", o->beta2, 0.0, 1.0, "AdamW beta2");
+  num("eps", o->eps, 0.0, 1.0, "AdamW epsilon");
+  num("clip", o->clip, 0.0, 1e9, "Global gradient-norm clip (0: off)");
+  add("precision", o->precision, "fp32 (bf16 mixed precision is not implemented yet)");
+  num("seed", o->seed, uint64_t{0}, std::numeric_limits<uint64_t>::max(),
+      "Initialisation and shuffling seed");
   // run
   add("out", o->out, "Run directory (default: runs/<timestamp>)");
-  add("save-every", o->save_every, "Checkpoint every N steps (0: only the final one)");
-  add("eval-every", o->eval_every, "Held-out loss every N steps (0: only at the end)");
+  num("save-every", o->save_every, int64_t{0}, kMaxCount,
+      "Checkpoint every N steps (0: only the final one)");
+  num("eval-every", o->eval_every, int64_t{0}, kMaxCount,
+      "Held-out loss every N steps (0: only at the end)");
+  num("eval-batches", o->eval_batches, int64_t{0}, kMaxCount,
+      "Held-out batches per evaluation (0: the whole held-out set)");
   add("resume", o->resume, "Continue from a checkpoint directory, or 'last' in --out");
   add("trace", o->trace, "Write a Chrome/Perfetto trace of the run");
   flag("json", o->json, "Print a JSON summary as the last line");
-  add("timeout", o->timeout, "ddp: seconds before a silent rank is declared dead");
+  num("timeout", o->timeout, 0.0, 1e6, "ddp: seconds before a silent rank is declared dead");
   return [cmd, o, opts]() -> int {
     if (!cmd->parsed()) return -1;
     std::set<std::string> given;

@@ -1,16 +1,23 @@
 #include "apps/train/train_setup.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 #include <thread>
 
 #include "apps/train/corpus.h"
 #include "apps/train/data_loader.h"
+#include "apps/train/memory_check.h"
+#include "apps/train/run_dir.h"
 #include "apps/train/schedule.h"
 #include "apps/train/tokenizer.h"
 #include "engine/core/check.h"
+#include "engine/core/checked_math.h"
 #include "engine/core/cuda_runtime.h"
+#include "engine/core/file_io.h"
 #include "models/llama_checkpoint.h"
 #include "models/llama_model.h"
 
@@ -57,11 +64,52 @@ std::vector<Device> default_devices() {
   return d;
 }
 
+// --out must be a directory that can be created and written (checked before any write).
+void check_out_dir(const std::string& out) {
+  std::error_code ec;
+  fs::path p = fs::path(out);
+  // Missing, or under a file (ENOTDIR): the ancestors below say which.
+  auto missing = [](const std::error_code& e) {
+    return e == std::errc::no_such_file_or_directory || e == std::errc::not_a_directory;
+  };
+  const fs::file_status st = fs::status(p, ec);
+  if (ec && !missing(ec)) {
+    detail::throw_error(detail::str_cat("--out ", out, ": ", ec.message()));
+  }
+  if (fs::exists(st)) {
+    FANOUT_CHECK(fs::is_directory(st), "--out ", out, ": exists and is not a directory");
+    FANOUT_CHECK(::access(p.c_str(), W_OK | X_OK) == 0, "--out ", out, ": not writable (",
+                 std::strerror(errno), ")");
+    return;
+  }
+  // The nearest existing ancestor must be a writable directory.
+  fs::path up = p.lexically_normal();
+  while (true) {
+    up = up.has_relative_path() && up.has_parent_path() ? up.parent_path() : fs::path(".");
+    if (up.empty()) up = ".";
+    const fs::file_status ust = fs::status(up, ec);
+    if (ec && !missing(ec)) {
+      detail::throw_error(detail::str_cat("--out ", out, ": ", up.string(), ": ", ec.message()));
+    }
+    if (fs::exists(ust)) {
+      FANOUT_CHECK(fs::is_directory(ust), "--out ", out, ": ", up.string(), " is not a directory");
+      FANOUT_CHECK(::access(up.c_str(), W_OK | X_OK) == 0, "--out ", out, ": cannot create it in ",
+                   up.string(), " (", std::strerror(errno), ")");
+      return;
+    }
+    if (up == "." || up == "/") return;
+  }
+}
+
 }  // namespace
 
 Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   Setup s;
   if (!o.resume.empty()) {
+    // The checkpoint carries its model: a second source would be ignored or conflict.
+    for (const char* flag : {"preset", "config", "init"}) {
+      FANOUT_CHECK(!given.count(flag), "--resume continues the checkpoint's model: drop --", flag);
+    }
     std::string dir = o.resume;
     if (dir == "last") {
       FANOUT_CHECK(!o.out.empty(), "--resume last needs --out DIR (the run to continue)");
@@ -69,7 +117,15 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     }
     s.resume = checkpoint_read(dir);
     s.resume_dir = dir;
+    const TrainOptions saved = [&] {
+      TrainOptions t;
+      train_options_merge(t, s.resume->state.flags, {});
+      return t;
+    }();
     train_options_merge(o, s.resume->state.flags, given);
+    s.saved_steps = saved.steps;
+    s.saved_rows_per_batch = saved.batch_size / std::max<int64_t>(saved.grad_accum, 1);
+    s.saved_seq_len = saved.seq_len;
     // A ddp run's checkpoint resumes in one process too (the files are the same):
     // ddp is kept only where the launcher's environment is present.
     if (o.strategy == "ddp" && !given.count("strategy") && std::getenv("RANK") == nullptr) {
@@ -96,34 +152,45 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     o.seq_len = preset ? preset_seq_len(o.preset)
                        : std::min<int64_t>(128, s.config.max_position_embeddings);
   }
+  train_options_validate(o);
   FANOUT_CHECK(o.seq_len > 0, "--seq-len must be positive, got ", o.seq_len);
   FANOUT_CHECK(o.seq_len <= s.config.max_position_embeddings, "--seq-len ", o.seq_len,
                " exceeds the model's max_position_embeddings (", s.config.max_position_embeddings,
                ")");
   // --- the optimisation
-  FANOUT_CHECK(o.batch_size > 0, "--batch-size must be positive, got ", o.batch_size);
-  FANOUT_CHECK(o.grad_accum > 0, "--grad-accum must be positive, got ", o.grad_accum);
   FANOUT_CHECK(o.batch_size % o.grad_accum == 0, "--batch-size ", o.batch_size,
                " is not a multiple of --grad-accum ", o.grad_accum);
   s.micro_rows = o.batch_size / o.grad_accum;
-  FANOUT_CHECK(o.steps > 0, "--steps must be positive, got ", o.steps);
+  // Every token count the run derives: tokens per step and over the whole run.
+  size_mul("--batch-size x --seq-len x --steps tokens", {o.batch_size, o.seq_len, o.steps});
   FANOUT_CHECK(!s.resume || o.steps >= s.resume->state.step, "--steps ", o.steps,
                " is below the resumed checkpoint's step ", s.resume ? s.resume->state.step : 0);
-  FANOUT_CHECK(o.save_every >= 0, "--save-every must not be negative");
-  FANOUT_CHECK(o.eval_every >= 0, "--eval-every must not be negative");
-  FANOUT_CHECK(o.clip >= 0, "--clip must not be negative (0 turns clipping off)");
-  FANOUT_CHECK(o.weight_decay >= 0, "--weight-decay must not be negative");
-  FANOUT_CHECK(o.beta1 >= 0 && o.beta1 < 1, "--beta1 must be in [0, 1)");
-  FANOUT_CHECK(o.beta2 >= 0 && o.beta2 < 1, "--beta2 must be in [0, 1)");
-  FANOUT_CHECK(o.eps > 0, "--eps must be positive");
-  FANOUT_CHECK(o.bucket_mb > 0, "--bucket-mb must be positive, got ", o.bucket_mb);
-  Schedule{o.schedule, o.lr, o.min_lr, o.warmup, o.steps}.validate();
-  FANOUT_CHECK(o.packing == "on" || o.packing == "off", "--packing must be on or off");
-  FANOUT_CHECK(o.strategy == "dp" || o.strategy == "zero1" || o.strategy == "ddp",
-               "--strategy must be dp, zero1 or ddp, got '", o.strategy, "'");
-  if (o.strategy == "ddp") s.ddp = ddp_env_from_environment();
-  FANOUT_CHECK(o.loss_on == "output" || o.loss_on == "replicas",
-               "--loss-on must be output or replicas, got '", o.loss_on, "'");
+  Schedule schedule{o.schedule, o.lr, o.min_lr, o.warmup, o.steps};
+  schedule.validate();
+  if (s.resume && o.steps != s.saved_steps) {
+    // Note [Extending a run]: the schedule's horizon is --steps, so a resumed run with
+    // another --steps continues on a stretched (or shrunk) curve: said, not hidden.
+    const int64_t next = s.resume->state.step + 1;
+    Schedule before = schedule;
+    before.steps = s.saved_steps;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "note: --steps %lld changes the schedule's horizon from %lld steps: the "
+                  "learning rate at step %lld is %.3g (it would be %.3g with --steps %lld)",
+                  static_cast<long long>(o.steps), static_cast<long long>(s.saved_steps),
+                  static_cast<long long>(next), schedule.at(next),
+                  before.at(std::min(next, s.saved_steps)), static_cast<long long>(s.saved_steps));
+    s.notes.push_back(line);
+  }
+  if (o.strategy == "ddp") {
+    s.ddp = ddp_env_from_environment();
+  } else if (const char* world = std::getenv("WORLD_SIZE");
+             world && std::string(world) != "1" && std::string(world) != "") {
+    // Under a launcher every rank would train alone on the same --out.
+    detail::throw_error(detail::str_cat(
+        "WORLD_SIZE=", world, " says this is one of several processes, but --strategy ", o.strategy,
+        " trains in one process: use --strategy ddp under a launcher"));
+  }
   // --- devices
   if (s.ddp.enabled) {
     std::vector<Device> listed =
@@ -144,12 +211,6 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     FANOUT_CHECK(!s.output_device->is_bare(), "--output-device needs an index, e.g. cpu:0");
     devices_check_available({*s.output_device});
   }
-  bool any_cpu = false;
-  for (const Device& d : s.devices) any_cpu |= d.is_cpu();
-  if (o.precision.empty()) o.precision = any_cpu ? "fp32" : "bf16";
-  FANOUT_CHECK(o.precision == "fp32" || o.precision == "bf16", "--precision must be fp32 or bf16");
-  FANOUT_CHECK(!(o.precision == "bf16" && any_cpu),
-               "--precision bf16 needs CUDA devices (CPU devices train in fp32)");
   FANOUT_CHECK(!(s.ddp.enabled && !o.micro_batch_sizes.empty()),
                "--micro-batch-sizes splits rows over the devices of one process; under ddp each "
                "rank takes its rows of every batch");
@@ -158,11 +219,20 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     FANOUT_CHECK(s.chunk_sizes.size() == s.devices.size(), "--micro-batch-sizes gives ",
                  s.chunk_sizes.size(), " sizes for ", s.devices.size(), " devices");
     int64_t sum = 0;
-    for (int64_t c : s.chunk_sizes) sum += c;
+    for (int64_t c : s.chunk_sizes) sum = size_add("--micro-batch-sizes", {sum, c});
     FANOUT_CHECK(sum == s.micro_rows, "--micro-batch-sizes add up to ", sum,
                  " rows but each micro-batch has ", s.micro_rows, " (--batch-size / --grad-accum)");
   }
   // --- data
+  models::llama_config_check_memory(s.config, "the model", true);
+  {
+    const int64_t n = static_cast<int64_t>(s.devices.size());
+    int64_t share = memory_largest_share(s.micro_rows, n);
+    if (!s.chunk_sizes.empty())
+      share = *std::max_element(s.chunk_sizes.begin(), s.chunk_sizes.end());
+    memory_check_fits(s.config, s.devices,
+                      {s.micro_rows, share, o.seq_len, o.loss_on == "output", true});
+  }
   if (o.data.empty()) {
     Corpus corpus = default_corpus();
     s.train_data = corpus_token_data(corpus.train_documents, "<embedded default corpus: train>");
@@ -185,21 +255,24 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   // Constructing loaders checks that the data holds at least one batch.
   DataLoader train_loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle,
                           o.seed, models::kIgnoreIndex);
-  if (s.resume) train_loader.set_state(s.resume->state.data);  // the saved position must fit
+  if (s.resume) {
+    // The position was saved in batches of the checkpoint's geometry; it maps onto
+    // this run's only where it falls on a batch boundary (data_loader.h).
+    s.resume_data =
+        train_loader.state_from(s.resume->state.data, s.saved_rows_per_batch, s.saved_seq_len);
+    train_loader.set_state(s.resume_data);  // the saved position must fit
+  }
   if (s.has_val) {
     DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on", false, 0,
                models::kIgnoreIndex);
   }
-  if (!o.trace.empty()) {
-    fs::path parent = fs::path(o.trace).parent_path();
-    FANOUT_CHECK(parent.empty() || fs::is_directory(parent), "--trace ", o.trace,
-                 ": the folder does not exist");
-  }
+  if (!o.trace.empty()) file_check_output(o.trace, "--trace");
   // --- the run directory
   if (o.out.empty()) o.out = timestamp_dir();
+  if (s.ddp.is_main()) check_out_dir(o.out);
   if (!s.resume && s.ddp.is_main()) {  // only rank 0 writes (and so checks) the run directory
     std::error_code ec;
-    bool busy = fs::exists(o.out, ec) && !fs::is_empty(o.out, ec);
+    bool busy = fs::exists(o.out, ec) && !fs::is_empty(o.out, ec) && !run_dir_only_ours(o.out);
     FANOUT_CHECK(!busy, "--out ", o.out, " already holds files: continue it with --resume last ",
                  "or choose another --out");
   }

@@ -31,6 +31,10 @@ struct Setup {
   double unigram = 0;
   std::optional<Checkpoint> resume;
   std::string resume_dir;
+  LoaderState resume_data;  // the checkpoint's data position in this run's batches
+  // The checkpoint's own settings (before flags given again override them).
+  int64_t saved_steps = 0, saved_rows_per_batch = 0, saved_seq_len = 0;
+  std::vector<std::string> notes;  // one-line remarks to print at the start
   std::vector<float> init_params;
 };
 

@@ -18,10 +18,12 @@
 #include "apps/train/loss_functions.h"
 #include "apps/train/optimizer.h"
 #include "apps/train/progress.h"
+#include "apps/train/run_dir.h"
 #include "apps/train/schedule.h"
 #include "apps/train/token_file.h"
 #include "apps/train/tokenizer.h"
 #include "engine/core/check.h"
+#include "engine/core/checked_math.h"
 #include "engine/core/cuda_runtime.h"
 #include "engine/core/trace.h"
 #include "engine/parallel/data_parallel.h"
@@ -35,13 +37,36 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) {
-  g_interrupted = true;
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C stops at once
+// Note [Stopping on a signal]: Ctrl-C (SIGINT) and SIGTERM (what kill, schedulers
+// and container runtimes send) both finish the step, write a checkpoint and exit
+// with 128 + the signal's number (130, 143). A second signal stops at once.
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+  std::signal(sig, SIG_DFL);
 }
 
-constexpr int64_t kMaxEvalBatches = 20;
+// Installs the handlers for the training loop and restores the previous ones.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    int_ = std::signal(SIGINT, on_stop_signal);
+    term_ = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() { restore(); }
+  void restore() {
+    if (restored_) return;
+    std::signal(SIGINT, int_);
+    std::signal(SIGTERM, term_);
+    restored_ = true;
+  }
+
+ private:
+  void (*int_)(int) = SIG_DFL;
+  void (*term_)(int) = SIG_DFL;
+  bool restored_ = false;
+};
 
 std::string memory_str(parallel::DataParallel& dp) {
   std::string out;
@@ -71,7 +96,8 @@ parallel::HostBatch rank_rows(Batch&&, const DdpEnv&) = delete;  // would point 
 double evaluate(parallel::DataParallel& dp, const Setup& s, parallel::ProcessGroup* group) {
   DataLoader loader(s.val_data, s.micro_rows, s.o.seq_len, s.o.packing == "on", false, 0,
                     models::kIgnoreIndex);
-  int64_t n = std::min(loader.batches_per_epoch(), kMaxEvalBatches);
+  int64_t n = loader.batches_per_epoch();
+  if (s.o.eval_batches > 0) n = std::min(n, s.o.eval_batches);
   double sums[2] = {0, 0};  // loss sum, counted tokens
   for (int64_t i = 0; i < n; ++i) {
     Batch b = loader.next();  // must outlive hb, which points into it
@@ -131,8 +157,13 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   DdpGroup ddp;
   if (s.ddp.enabled) ddp = ddp_connect(s.ddp, s.devices[0], o.timeout);
   parallel::ProcessGroup* group = ddp.group.get();
-  // From here on files are written.
-  if (main_rank) fs::create_directories(o.out);
+  // From here on files are written, by rank 0 alone, in a directory it owns.
+  std::optional<RunDirLock> lock;
+  std::vector<std::string> cleaned;
+  if (main_rank) {
+    lock.emplace(o.out);
+    cleaned = run_dir_remove_stale_temps(o.out);
+  }
   models::LlamaLayout layout(s.config);
 
   parallel::DataParallelOptions dpo;
@@ -173,7 +204,7 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   int64_t start = 1, tokens_seen = 0;
   if (s.resume) {
     opt.state_from_host(s.resume->exp_avg, s.resume->exp_avg_sq);
-    loader.set_state(s.resume->state.data);
+    loader.set_state(s.resume_data);
     start = s.resume->state.step + 1;
     tokens_seen = s.resume->state.tokens_seen;
   }
@@ -209,18 +240,29 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   std::snprintf(
       header, sizeof header,
       "fanout train: %.2fM parameters on %s | %s, loss on %s%s | batch %lld x %lld%s | "
-      "steps %lld..%lld | data %s (%zu tokens) | out %s",
+      "steps %lld..%lld | data %s (%lld tokens) | out %s",
       s.config.num_parameters() / 1e6, where.c_str(), o.strategy.c_str(), o.loss_on.c_str(),
       o.overlap ? ", overlap" : "", static_cast<long long>(o.batch_size),
       static_cast<long long>(o.seq_len),
       o.grad_accum > 1 ? (" in " + std::to_string(o.grad_accum) + " micro-batches").c_str() : "",
       static_cast<long long>(start), static_cast<long long>(o.steps), s.train_data.path.c_str(),
-      s.train_data.tokens.size(), o.out.c_str());
+      static_cast<long long>(s.train_data.token_count()), o.out.c_str());
   say(header);
   if (s.resume) say("resumed from " + s.resume_dir);
+  for (const std::string& note : s.notes) say(note);
+  for (const std::string& name : cleaned)
+    say("removed " + name + " (left by an interrupted write)");
+  if (s.has_val) {
+    const int64_t batches = DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on",
+                                       false, 0, models::kIgnoreIndex)
+                                .batches_per_epoch();
+    if (o.eval_batches > 0 && o.eval_batches < batches) {
+      say("held-out loss over the first " + std::to_string(o.eval_batches) + " of " +
+          std::to_string(batches) + " batches (--eval-batches)");
+    }
+  }
   if (!o.trace.empty()) Trace::global().set_enabled(true);
-  g_interrupted = false;
-  auto previous = std::signal(SIGINT, on_sigint);
+  StopSignals signals;
 
   std::string last_checkpoint = s.resume ? s.resume_dir : "";
   double last_loss = 0;
@@ -244,13 +286,15 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
       loss_sum += st.loss_sum;
     }
     // Ranks agree on the loss and on stopping (a Ctrl-C seen by any rank).
-    double shared[2] = {loss_sum, g_interrupted.load() ? 1.0 : 0.0};
-    if (group) group->all_reduce_host(shared, 2);
+    double shared[3] = {loss_sum, g_stop_signal.load() == SIGINT ? 1.0 : 0.0,
+                        g_stop_signal.load() == SIGTERM ? 1.0 : 0.0};
+    if (group) group->all_reduce_host(shared, 3);
     loss_sum = shared[0];
-    bool interrupted = shared[1] > 0;
+    const int stop_signal = shared[2] > 0 ? SIGTERM : shared[1] > 0 ? SIGINT : 0;
+    const bool interrupted = stop_signal != 0;
     double loss = counted > 0 ? loss_sum / counted : 0.0;
     auto stop = [&](const char* what, double value) {
-      std::signal(SIGINT, previous);
+      signals.restore();
       detail::throw_error(detail::str_cat(
           "step ", step, ": the ", what, " is ", value, "; stopped before updating the weights",
           last_checkpoint.empty() ? std::string(" (no checkpoint was written yet)")
@@ -261,8 +305,8 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
     double norm = opt.step(step, static_cast<float>(lr), o.clip);
     if (!std::isfinite(norm)) stop("gradient norm", norm);
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    int64_t step_tokens = o.batch_size * o.seq_len;
-    tokens_seen += step_tokens;
+    int64_t step_tokens = o.batch_size * o.seq_len;  // bounded by train_prepare
+    tokens_seen = size_add("the tokens seen by the run", {tokens_seen, step_tokens});
     last_loss = loss;
     if (metrics)
       metrics->write({{"step", step},
@@ -283,13 +327,14 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
       last_checkpoint = save(checkpoint_step_name(step), step);
     }
     if (interrupted) {
-      say("interrupted at step " + std::to_string(step) + ": checkpoint " + last_checkpoint +
+      say(std::string(stop_signal == SIGTERM ? "terminated (SIGTERM)" : "interrupted") +
+          " at step " + std::to_string(step) + ": checkpoint " + last_checkpoint +
           " (continue with --resume last --out " + o.out + ")");
-      exit_code = 130;
+      exit_code = 128 + stop_signal;
       break;
     }
   }
-  std::signal(SIGINT, previous);
+  signals.restore();
   progress.finish();
   // The checkpoint first: nothing after the last step may lose the run.
   std::string final_dir = exit_code == 0 ? save("final", o.steps) : "";

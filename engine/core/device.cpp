@@ -10,6 +10,9 @@ namespace fanout {
 
 namespace {
 constexpr int kMaxDeviceIndex = 1023;
+// Each entry is a replica with its own threads, streams and allocator: a list past
+// this is a mistake, not a machine (the largest GPU nodes have 16).
+constexpr size_t kMaxDevices = 64;
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -74,6 +77,8 @@ std::vector<Device> devices_parse(std::string_view list) {
         t.substr(start, comma == std::string_view::npos ? t.npos : comma - start);
     FANOUT_CHECK(!trim(entry).empty(), "bad device list '", std::string(list),
                  "': empty entry at position ", out.size() + 1);
+    FANOUT_CHECK(out.size() < kMaxDevices, "bad device list: more than ", kMaxDevices,
+                 " entries (one process drives at most ", kMaxDevices, " devices)");
     out.push_back(device_parse(entry));
     if (comma == std::string_view::npos) break;
     start = comma + 1;

@@ -1,14 +1,21 @@
 #include "engine/parallel/grad_buckets.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "engine/core/check.h"
 
 namespace fanout::parallel {
 
 GradBuckets::GradBuckets(int64_t total, double bucket_mb, int replicas) : replicas_(replicas) {
-  FANOUT_CHECK(bucket_mb > 0, "--bucket-mb must be positive, got ", bucket_mb);
-  int64_t size = std::max<int64_t>(1, static_cast<int64_t>(bucket_mb * 1024 * 1024 / 4));
+  FANOUT_CHECK(std::isfinite(bucket_mb) && bucket_mb > 0,
+               "--bucket-mb must be a positive finite number, got ", bucket_mb);
+  // Elements per bucket; a bucket past the whole buffer is one bucket (and the
+  // comparison in double keeps the cast below defined for any size).
+  const double elements = bucket_mb * 1024 * 1024 / 4;
+  const int64_t size = elements >= static_cast<double>(std::max<int64_t>(total, 1))
+                           ? std::max<int64_t>(total, 1)
+                           : std::max<int64_t>(1, static_cast<int64_t>(elements));
   for (int64_t hi = total; hi > 0; hi -= size) {
     hi_.push_back(hi);
     lo_.push_back(std::max<int64_t>(0, hi - size));

@@ -151,3 +151,45 @@ TEST_CASE("train resumes a two-device checkpoint on one device and under zero1 o
     CHECK(weights_rel_l2(out + "/final", run.a + "/final") < 1e-5);
   }
 }
+
+TEST_CASE("train resumed with another batch size continues at the same token, or refuses") {
+  TrainFiles f;  // about 3200 tokens: no epoch ends within these steps
+  const std::string run = f.dir / "run";
+  std::vector<std::string> args = {
+      "--config",  f.config, "--data",       f.data, "--devices", "cpu:0", "--batch-size", "2",
+      "--seq-len", "16",     "--save-every", "4",    "--steps",   "4",     "--out",        run};
+  REQUIRE(train_cli(args).rc == 0);  // stops at token 4 x 2 x 16 = 128
+  // 4-row batches: token 128 is batch 2; one step later the position is batch 3.
+  CliResult r = train_cli({"--resume", run + "/step-000004", "--batch-size", "4", "--steps", "5",
+                           "--out", f.dir / "wider"});
+  INFO("stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  train::Checkpoint c = train::checkpoint_read(f.dir / "wider/final");
+  CHECK(c.state.data.epoch == 0);
+  CHECK(c.state.data.index == 3);
+  CHECK(c.state.tokens_seen == 128 + 64);
+  // 3-row batches do not meet token 128: refused rather than moved.
+  CliResult odd = train_cli({"--resume", run + "/step-000004", "--batch-size", "3", "--steps", "5",
+                             "--out", f.dir / "odd"});
+  CHECK(odd.rc == 1);
+  CHECK(odd.err_lines() == 1);
+  CHECK(odd.err.find("token 128 of its epoch, which is not a boundary of batches of 3 x 16") !=
+        std::string::npos);
+  CHECK(!fs::exists(f.dir / "odd"));
+}
+
+TEST_CASE("train says so when a resumed run's --steps stretches the learning-rate schedule") {
+  TrainFiles f;
+  const std::string run = f.dir / "run";
+  REQUIRE(train_cli({"--config", f.config, "--data", f.data, "--devices", "cpu:0", "--batch-size",
+                     "2", "--seq-len", "16", "--steps", "3", "--warmup", "1", "--out", run})
+              .rc == 0);
+  CliResult r = train_cli({"--resume", "last", "--out", run, "--steps", "6"});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("note: --steps 6 changes the schedule's horizon from 3 steps") !=
+        std::string::npos);
+  // The same horizon says nothing.
+  CliResult same = train_cli({"--resume", "last", "--out", run, "--steps", "6"});
+  CHECK(same.out.find("note: --steps") == std::string::npos);
+}

@@ -113,6 +113,7 @@ BackgroundTrain::BackgroundTrain(const std::vector<std::string>& args) {
   sigset_t defaults;
   sigemptyset(&defaults);
   sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
   posix_spawnattr_setsigdefault(&attr, &defaults);
   sigset_t none;
   sigemptyset(&none);
