@@ -7,7 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -15,11 +18,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/train/bench.h"
 #include "apps/train/bench_svg.h"
 #include "apps/train/ddp_env.h"
+#include "apps/train/memory_check.h"
+#include "apps/train/train_options.h"
 #include "engine/core/check.h"
+#include "engine/core/file_io.h"
 #include "engine/core/trace.h"
 #include "models/llama_config.h"
 
@@ -75,6 +82,32 @@ nlohmann::json result_json(const train::BenchResult& r) {
           {"last_loss", r.last_loss}};
 }
 
+// A fresh directory only this process uses (mkdtemp: a name chosen in advance
+// could already be someone's symlink), removed with its contents on every exit.
+struct PrivateTempDir {
+  explicit PrivateTempDir(const std::string& prefix) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+    FANOUT_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot create a temporary directory in ",
+                 std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
+    path = tmpl;
+  }
+  ~PrivateTempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  PrivateTempDir(const PrivateTempDir&) = delete;
+  PrivateTempDir& operator=(const PrivateTempDir&) = delete;
+  std::string path;
+};
+
+// A double as text that reads back as the same value (std::to_string prints
+// 0.000000 for a 1e-7 bucket).
+std::string exact_str(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 // The ddp row: `fanout launch` starts one bench-worker per device; each rank
 // writes its figures to FILE.rankR, merged here (tokens/s and phases of rank 0,
 // every rank's peak bytes).
@@ -82,11 +115,8 @@ train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devi
   for (const Device& d : devices) {
     FANOUT_CHECK(d.kind == devices[0].kind, "ddp in fanout bench needs devices of one kind");
   }
-  std::string dir =
-      (std::filesystem::temp_directory_path() / ("fanout-bench-ddp-" + std::to_string(::getpid())))
-          .string();
-  std::filesystem::create_directories(dir);
-  std::string out = dir + "/ddp.json";
+  PrivateTempDir tmp("fanout-bench-ddp");
+  std::string out = tmp.path + "/ddp.json";
   char self[4096];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   FANOUT_CHECK(n > 0, "cannot find the fanout binary");
@@ -108,7 +138,7 @@ train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devi
                                    "--warmup",
                                    std::to_string(a.warmup),
                                    "--bucket-mb",
-                                   std::to_string(a.bucket_mb),
+                                   exact_str(a.bucket_mb),
                                    "--json",
                                    out};
   if (a.config_file.empty()) {
@@ -145,7 +175,6 @@ train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devi
                          peak["bytes"].get<size_t>()});
     }
   }
-  std::filesystem::remove_all(dir);
   return r;
 }
 
@@ -160,9 +189,8 @@ int run_bench_worker(const BenchArgs& a) {
   train::DdpGroup group = train::ddp_connect(setup.ddp, d, 120.0);
   setup.group = group.group.get();
   train::BenchResult r = train::bench_mode(setup, train::bench_modes_parse("ddp")[0]);
-  std::ofstream out(a.json + ".rank" + std::to_string(setup.ddp.rank));
-  FANOUT_CHECK(out.good(), "cannot write ", a.json);
-  out << result_json(r).dump() << "\n";
+  file_write_atomic(a.json + ".rank" + std::to_string(setup.ddp.rank), result_json(r).dump() + "\n",
+                    "--json");
   return 0;
 }
 
@@ -170,6 +198,13 @@ struct PeerResult {
   std::string label;
   double tokens_per_s = 0;
 };
+
+// `s` as one word for /bin/sh (a config path with a space or a quote stays one).
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
 
 // The python that has torch: Debian's /usr/bin/python3 here, python3 on the GPU machine.
 std::string python_with_torch() {
@@ -197,16 +232,16 @@ std::vector<PeerResult> run_peers(const BenchArgs& a, const std::vector<Device>&
        "--mode ddp --backend " + std::string(cuda ? "nccl" : "gloo")}};
   if (cuda) runs.push_back({"PyTorch nn.DataParallel", "--mode dp"});
   std::vector<PeerResult> out;
+  PrivateTempDir tmp("fanout-peer");
   for (const auto& [label, mode] : runs) {
-    std::string json = (std::filesystem::temp_directory_path() /
-                        ("fanout-peer-" + std::to_string(::getpid()) + ".json"))
-                           .string();
-    std::string cmd =
-        py + " " + script + " --config " + (a.config_file.empty() ? a.preset : a.config_file) +
-        " --batch-size " + std::to_string(a.batch_size) + " --seq-len " +
-        std::to_string(a.seq_len) + " --steps " + std::to_string(a.steps) + " --warmup " +
-        std::to_string(a.warmup) + " --nproc " + std::to_string(devices.size()) + " --device " +
-        (cuda ? "cuda" : "cpu") + " " + mode + " --json " + json + " >/dev/null";
+    std::string json = tmp.path + "/peer.json";
+    std::string cmd = py + " " + shell_quote(script) + " --config " +
+                      shell_quote(a.config_file.empty() ? a.preset : a.config_file) +
+                      " --batch-size " + std::to_string(a.batch_size) + " --seq-len " +
+                      std::to_string(a.seq_len) + " --steps " + std::to_string(a.steps) +
+                      " --warmup " + std::to_string(a.warmup) + " --nproc " +
+                      std::to_string(devices.size()) + " --device " + (cuda ? "cuda" : "cpu") +
+                      " " + mode + " --json " + shell_quote(json) + " >/dev/null";
     int rc = std::system(cmd.c_str());
     FANOUT_CHECK(rc == 0, "the PyTorch peer failed: ", cmd);
     std::ifstream in(json);
@@ -219,7 +254,24 @@ std::vector<PeerResult> run_peers(const BenchArgs& a, const std::vector<Device>&
   return out;
 }
 
+// Before any work: every result path must be a regular file or a new path (a
+// FIFO would block, a device or symlink would be replaced), and no two the same.
+void check_outputs(const BenchArgs& a) {
+  const std::pair<const char*, const std::string*> outputs[] = {
+      {"--json", &a.json}, {"--svg", &a.svg}, {"--trace", &a.trace}};
+  for (size_t i = 0; i < std::size(outputs); ++i) {
+    const auto& [flag, path] = outputs[i];
+    if (path->empty()) continue;
+    file_check_output(*path, flag);
+    for (size_t k = 0; k < i; ++k) {
+      FANOUT_CHECK(*outputs[k].second != *path, outputs[k].first, " and ", flag,
+                   " name the same file ", *path, "; give each its own");
+    }
+  }
+}
+
 int run_bench(const BenchArgs& a) {
+  check_outputs(a);
   train::BenchSetup setup;
   setup.config = config_of(a);
   setup.devices = devices_parse(a.devices);
@@ -228,9 +280,22 @@ int run_bench(const BenchArgs& a) {
     FANOUT_CHECK(!d.is_bare(), "--devices needs indices, e.g. cpu:0,cpu:1");
   setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
   setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
-  FANOUT_CHECK(a.batch_size > 0, "--batch-size must be positive, got ", a.batch_size);
-  FANOUT_CHECK(a.steps > 0, "--steps must be positive, got ", a.steps);
+  FANOUT_CHECK(a.bucket_mb > 0, "--bucket-mb must be positive, got ", a.bucket_mb);
+  FANOUT_CHECK(a.seq_len <= setup.config.max_position_embeddings, "--seq-len ", a.seq_len,
+               " exceeds max_position_embeddings ", setup.config.max_position_embeddings);
   std::vector<train::BenchMode> modes = train::bench_modes_parse(a.modes);
+  // Before anything runs: the one-device baseline (the whole batch on devices[0]),
+  // and every mode that gathers the logits onto the output device.
+  train::memory_check_fits(setup.config, {setup.devices[0]},
+                           {a.batch_size, a.batch_size, a.seq_len, false, true});
+  const int64_t share =
+      train::memory_largest_share(a.batch_size, static_cast<int64_t>(setup.devices.size()));
+  for (const train::BenchMode& m : modes) {
+    if (m.loss_on == parallel::LossOn::output) {
+      train::memory_check_fits(setup.config, setup.devices,
+                               {a.batch_size, share, a.seq_len, true, true});
+    }
+  }
 
   std::printf(
       "fanout bench: %lld parameters, global batch %lld x %lld, %d steps after %d "
@@ -287,9 +352,8 @@ int run_bench(const BenchArgs& a) {
     std::snprintf(subtitle, sizeof subtitle, "%.2fM parameters, global batch %lld x %lld, %s",
                   setup.config.num_parameters() / 1e6, static_cast<long long>(a.batch_size),
                   static_cast<long long>(a.seq_len), devices_str(setup.devices).c_str());
-    std::ofstream out(a.svg);
-    FANOUT_CHECK(out.good(), "cannot write --svg file '", a.svg, "'");
-    out << train::bench_svg("fanout bench: data-parallel modes", subtitle, rows);
+    file_write_atomic(a.svg, train::bench_svg("fanout bench: data-parallel modes", subtitle, rows),
+                      "--svg");
     std::printf("picture written to %s\n", a.svg.c_str());
   }
   if (!a.json.empty()) {
@@ -316,9 +380,8 @@ int run_bench(const BenchArgs& a) {
                           {"steps", a.steps},
                           {"devices", devices_str(setup.devices)},
                           {"results", rows}};
-    std::ofstream out(a.json);
-    FANOUT_CHECK(out.good(), "cannot write --json file '", a.json, "'");
-    out << doc.dump(2) << "\n";
+    file_write_atomic(a.json, doc.dump(2) + "\n", "--json");
+    std::printf("figures written to %s\n", a.json.c_str());
   }
   return 0;
 }
@@ -328,8 +391,9 @@ int run_bench_ops(const BenchArgs& a) {
   devices_check_available({device});
   FANOUT_CHECK(device.is_cpu(), "fanout bench ops measures the CPU kernels: use --device cpu:N");
   models::LlamaConfig config = config_of(a);
-  FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len exceeds max positions");
-  FANOUT_CHECK(a.batch_size > 0 && a.seq_len > 0 && a.repeats > 0, "sizes must be positive");
+  FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len ", a.seq_len,
+               " exceeds max_position_embeddings ", config.max_position_embeddings);
+  train::memory_check_fits(config, {device}, {a.batch_size, a.batch_size, a.seq_len, false, false});
   std::printf("fanout bench ops: %s, batch %lld x %lld, %d repeats, single-threaded GEMMs\n",
               a.config_file.empty() ? a.preset.c_str() : a.config_file.c_str(),
               static_cast<long long>(a.batch_size), static_cast<long long>(a.seq_len), a.repeats);
@@ -345,19 +409,28 @@ int run_bench_ops(const BenchArgs& a) {
 Command add_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Compare the data-parallel modes (or time the ops)");
   auto a = std::make_shared<BenchArgs>();
+  // Every number is range-checked text (cli_flags.h): '', 'inf', '1e3' for a count
+  // and values past the bounds are usage errors naming the flag.
+  constexpr int64_t kMaxCount = train::kMaxCount;
+  constexpr int kMaxSteps = static_cast<int>(kMaxCount);
   auto common = [a](CLI::App* c) {
     c->add_option("--preset", a->preset, "tiny, small or seed")->capture_default_str();
     c->add_option("--config", a->config_file, "An HF Llama config.json instead of a preset");
-    c->add_option("--batch-size", a->batch_size, "Global rows per step")->capture_default_str();
-    c->add_option("--seq-len", a->seq_len, "Tokens per row")->capture_default_str();
+    add_number(c, "--batch-size", a->batch_size, "Global rows per step", int64_t{1}, kMaxCount);
+    add_number(c, "--seq-len", a->seq_len, "Tokens per row", int64_t{1}, kMaxCount);
+  };
+  auto timing = [a](CLI::App* c) {
+    add_number(c, "--steps", a->steps, "Timed steps", 1, kMaxSteps);
+    add_number(c, "--warmup", a->warmup, "Untimed steps first", 0, kMaxSteps);
+    // 0 passes the range check and is refused with a message of its own (> 0).
+    add_number(c, "--bucket-mb", a->bucket_mb, "Bucket size for dp-overlap", 0.0,
+               train::kMaxBucketMb);
   };
   common(cmd);
   cmd->add_option("--devices", a->devices, "Devices")->capture_default_str();
   cmd->add_option("--modes", a->modes, "dp,dp-replicas,dp-overlap,zero1 or all")
       ->capture_default_str();
-  cmd->add_option("--steps", a->steps, "Timed steps")->capture_default_str();
-  cmd->add_option("--warmup", a->warmup, "Untimed steps first")->capture_default_str();
-  cmd->add_option("--bucket-mb", a->bucket_mb, "Bucket size for dp-overlap")->capture_default_str();
+  timing(cmd);
   cmd->add_option("--json", a->json, "Also write the figures to this file");
   cmd->add_flag("--peers", a->peers,
                 "Also run PyTorch on the same config and batch (tests/reference/peer_bench.py)");
@@ -366,19 +439,29 @@ Command add_bench_command(CLI::App& app) {
   auto* ops = cmd->add_subcommand("ops", "GFLOP/s of the CPU matmul and attention kernels");
   common(ops);
   ops->add_option("--device", a->op_device, "A CPU device")->capture_default_str();
-  ops->add_option("--repeats", a->repeats, "Timed repetitions")->capture_default_str();
+  add_number(ops, "--repeats", a->repeats, "Timed repetitions", 1, kMaxSteps);
   // One rank of the ddp row, started by `fanout launch` from `fanout bench`.
   auto* worker = app.add_subcommand("bench-worker", "")->group("");
   common(worker);
   worker->add_option("--devices", a->devices);
-  worker->add_option("--steps", a->steps);
-  worker->add_option("--warmup", a->warmup);
-  worker->add_option("--bucket-mb", a->bucket_mb);
+  timing(worker);
   worker->add_option("--json", a->json)->required();
   return [cmd, ops, worker, a]() -> int {
     if (worker->parsed()) return run_bench_worker(*a);
     if (!cmd->parsed()) return -1;
-    return ops->parsed() ? run_bench_ops(*a) : run_bench(*a);
+    if (ops->parsed()) {
+      // `fanout bench --json x ops` would otherwise accept flags that ops never reads.
+      for (const char* flag : {"--devices", "--modes", "--steps", "--warmup", "--bucket-mb",
+                               "--json", "--peers", "--svg", "--trace"}) {
+        FANOUT_CHECK(cmd->count(flag) == 0, flag, " does not apply to fanout bench ops");
+      }
+      return run_bench_ops(*a);
+    }
+    // An empty file name given on purpose is refused, not read as "no file".
+    for (const char* flag : {"--json", "--svg", "--trace"}) {
+      if (cmd->count(flag) > 0) file_check_output(cmd->get_option(flag)->as<std::string>(), flag);
+    }
+    return run_bench(*a);
   };
 }
 

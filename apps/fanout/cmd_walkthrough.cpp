@@ -6,15 +6,17 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 
+#include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
+#include "apps/train/train_options.h"
 #include "apps/train/walkthrough.h"
 #include "engine/core/check.h"
 #include "engine/core/cuda_runtime.h"
+#include "engine/core/file_io.h"
 
 namespace fanout::app {
 
@@ -47,10 +49,8 @@ int run_walkthrough(const WalkthroughArgs& a, bool devices_given) {
   FANOUT_CHECK(a.batch_size > 0, "--batch-size must be positive, got ", a.batch_size);
   FANOUT_CHECK(a.seq_len > 0, "--seq-len must be positive, got ", a.seq_len);
   FANOUT_CHECK(a.steps > 0, "--steps must be positive, got ", a.steps);
-  FANOUT_CHECK(!a.trace.empty(), "--trace needs a file name");
-  std::filesystem::path dir = std::filesystem::absolute(a.trace).parent_path();
-  FANOUT_CHECK(std::filesystem::is_directory(dir), "cannot write trace file '", a.trace,
-               "': no directory ", dir.string());
+  // Before the run: a FIFO, device, symlink or directory is refused, not replaced.
+  file_check_output(a.trace, "--trace");
   o.trace_path = a.trace;
   o.color = !a.no_color && isatty(fileno(stdout)) && std::getenv("NO_COLOR") == nullptr;
   train::walkthrough_run(o, std::cout);
@@ -65,10 +65,11 @@ Command add_walkthrough_command(CLI::App& app) {
   auto a = std::make_shared<WalkthroughArgs>();
   cmd->add_option("--devices", a->devices,
                   "Devices (default: every GPU, else cpu:0,cpu:1; one GPU is used twice)");
-  cmd->add_option("--batch-size", a->batch_size, "Global rows per step (5: an uneven split)")
-      ->capture_default_str();
-  cmd->add_option("--seq-len", a->seq_len, "Tokens per row")->capture_default_str();
-  cmd->add_option("--steps", a->steps, "Steps per mode")->capture_default_str();
+  // Range-checked numbers (cli_flags.h): '', 'inf' and out-of-range values are usage errors.
+  add_number(cmd, "--batch-size", a->batch_size, "Global rows per step (5: an uneven split)",
+             int64_t{1}, train::kMaxCount);
+  add_number(cmd, "--seq-len", a->seq_len, "Tokens per row", int64_t{1}, train::kMaxCount);
+  add_number(cmd, "--steps", a->steps, "Steps per mode", 1, static_cast<int>(train::kMaxCount));
   cmd->add_option("--trace", a->trace, "Where to write the Perfetto trace")->capture_default_str();
   cmd->add_flag("--no-color", a->no_color, "Plain text, no ANSI colours");
   return [cmd, a]() -> int {

@@ -1,13 +1,20 @@
 #include "apps/train/bench.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <limits>
 #include <map>
 #include <random>
 #include <sstream>
 
 #include "apps/train/loss_functions.h"
+#include "apps/train/memory_check.h"
 #include "apps/train/optimizer.h"
 #include "engine/core/check.h"
+#include "engine/core/checked_math.h"
 #include "engine/core/flat.h"
 #include "models/llama_model.h"
 #include "ops/attention.h"
@@ -57,10 +64,19 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
   const models::LlamaConfig& config = setup.config;
   FANOUT_CHECK(setup.seq_len <= config.max_position_embeddings, "--seq-len ", setup.seq_len,
                " exceeds max_position_embeddings ", config.max_position_embeddings);
-  FANOUT_CHECK(setup.batch_size > 0 && setup.steps > 0 && setup.warmup >= 0,
+  FANOUT_CHECK(setup.batch_size > 0 && setup.seq_len > 0 && setup.steps > 0 && setup.warmup >= 0,
                "benchmark sizes must be positive");
+  FANOUT_CHECK(setup.steps <= std::numeric_limits<int>::max() - setup.warmup,
+               "--steps + --warmup is too large");
+  // ddp: this process holds all token ids but only its rows' activations (its
+  // share is a lower bound of the whole, as the check wants).
+  const int64_t my_rows = std::max<int64_t>(1, setup.ddp.rows_of(setup.batch_size).second);
+  memory_check_fits(
+      config, setup.devices,
+      {my_rows, memory_largest_share(my_rows, static_cast<int64_t>(setup.devices.size())),
+       setup.seq_len, mode.loss_on == parallel::LossOn::output, true});
   // Synthetic tokens (all counted): the timing does not depend on their values.
-  int64_t n = setup.batch_size * setup.seq_len;
+  const int64_t n = size_mul("--batch-size x --seq-len tokens", {setup.batch_size, setup.seq_len});
   std::vector<int32_t> inputs(n), targets(n);
   std::mt19937_64 rng(1);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(config.vocab_size) - 1);
@@ -128,8 +144,12 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
 
 std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& c, Device device, int64_t batch,
                                   int64_t seq_len, int repeats) {
+  FANOUT_CHECK(batch > 0 && seq_len > 0 && repeats > 0, "sizes must be positive");
+  // The largest buffers below: x, y, dx and w, dw of lm_head, and q, k, v, o, dq.
+  const int64_t N = size_mul("--batch-size x --seq-len tokens", {batch, seq_len});
+  const int64_t C = c.hidden_size;
+  memory_check_fits(c, {device}, {batch, batch, seq_len, false, false});
   Stream s(device, device.str() + " bench");
-  int64_t N = batch * seq_len, C = c.hidden_size;
   auto make = [&](int64_t numel) {
     Tensor t = Tensor::empty({numel}, DType::f32, device);
     flat_fill(s, t, 0.01f);

@@ -1,6 +1,7 @@
 #include "apps/train/bench_svg.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -74,7 +75,9 @@ std::string bench_svg(const std::string& title, const std::string& subtitle,
     int y = top + static_cast<int>(i) * row_h;
     s << "<text x='" << label_w - 8 << "' y='" << y + 17 << "' text-anchor='end'>" << esc(r.label)
       << "</text>\n";
-    int w = static_cast<int>(panel_w * r.tokens_per_s / max_tps);
+    // In double first: a non-finite rate (a zero-time step) must not reach the cast.
+    const double frac = r.tokens_per_s / max_tps;
+    int w = std::isfinite(frac) ? static_cast<int>(panel_w * std::clamp(frac, 0.0, 1.0)) : 0;
     s << "<rect x='" << x1 << "' y='" << y + 4 << "' width='" << std::max(w, 1) << "' height='"
       << row_h - 10 << "' fill='" << (r.has_phases ? "#4c78a8" : "#9e9e9e") << "'/>\n";
     std::string text = num(r.tokens_per_s, "%.0f");

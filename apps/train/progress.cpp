@@ -1,11 +1,14 @@
 #include "apps/train/progress.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
-#include <fstream>
+#include <cerrno>
+#include <cstring>
 #include <sstream>
 
 #include "engine/core/check.h"
+#include "engine/core/file_io.h"
 
 namespace fanout::train {
 
@@ -78,26 +81,39 @@ void Progress::finish() {
 }
 
 MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(path) {
-  std::vector<std::string> kept;
-  {
-    std::ifstream in(path);
+  constexpr std::string_view kWhat = "the metrics log";
+  file_check_output(path, kWhat);
+  std::string kept;
+  if (::access(path.c_str(), F_OK) == 0) {
+    std::istringstream in(file_read_regular(path, uint64_t{4} << 30));
     for (std::string line; std::getline(in, line);) {
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() &&
           j["step"].get<int64_t>() <= resume_step) {
-        kept.push_back(line);
+        kept += line + "\n";
       }
     }
   }
-  std::ofstream out(path, std::ios::trunc);
-  FANOUT_CHECK(out.good(), "cannot write ", path);
-  for (const std::string& line : kept) out << line << "\n";
+  file_write_atomic(path, kept, kWhat);
+  // O_NOFOLLOW: the file just written is regular; refuse it if swapped for a link since.
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+  FANOUT_CHECK(fd_ >= 0, "cannot write ", path, ": ", std::strerror(errno));
+}
+
+MetricsLog::~MetricsLog() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void MetricsLog::write(const nlohmann::json& line) {
-  std::ofstream out(path_, std::ios::app);
-  FANOUT_CHECK(out.good(), "cannot write ", path_);
-  out << line.dump() << "\n";
+  const std::string text = line.dump() + "\n";
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    // A write of 0 bytes to a regular file means no room: say so rather than spin.
+    FANOUT_CHECK(n > 0, "cannot write ", path_, ": ", std::strerror(n < 0 ? errno : ENOSPC));
+    done += static_cast<size_t>(n);
+  }
 }
 
 }  // namespace fanout::train

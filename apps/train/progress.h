@@ -36,14 +36,20 @@ class Progress {
 };
 
 // metrics.jsonl in the run directory. On resume, lines past the resumed step
-// (written after the checkpoint by the interrupted run) are dropped first.
+// (written after the checkpoint by the interrupted run) are dropped first. Only a
+// regular file (or a new path) is used, and every write is checked: a full disk
+// throws fanout::Error naming the file and the reason instead of losing lines.
 class MetricsLog {
  public:
   MetricsLog(const std::string& path, int64_t resume_step);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
   void write(const nlohmann::json& line);
 
  private:
   std::string path_;
+  int fd_ = -1;  // open for appending
 };
 
 }  // namespace fanout::train

@@ -99,6 +99,9 @@ std::string timeline_render(const std::vector<TraceSpan>& all, int64_t t0, int64
   size_t label = 4;
   for (const std::string& l : lanes) label = std::max(label, l.size());
   double dt = static_cast<double>(t1 - t0) / width;
+  // Clamped in double before the cast, which is undefined for values past int (a
+  // span that began long before the window).
+  auto column = [&](double v) { return static_cast<int>(std::clamp(v, -1.0, double(width))); };
 
   std::string out;
   for (const std::string& lane : lanes) {
@@ -107,9 +110,9 @@ std::string timeline_render(const std::vector<TraceSpan>& all, int64_t t0, int64
     for (const TraceSpan& s : spans) {
       if (s.lane != lane) continue;
       int64_t dur = std::max<int64_t>(0, s.end_us - s.begin_us);
-      int c0 = static_cast<int>(std::floor((s.begin_us - t0) / dt));
+      int c0 = column(std::floor((s.begin_us - t0) / dt));
       // the last column the span reaches into (a zero-length span: its first)
-      int c1 = dur > 0 ? static_cast<int>(std::ceil((s.end_us - t0) / dt)) - 1 : c0;
+      int c1 = dur > 0 ? column(std::ceil((s.end_us - t0) / dt)) - 1 : c0;
       c0 = std::clamp(c0, 0, width - 1), c1 = std::clamp(std::max(c1, c0), 0, width - 1);
       for (int c = c0; c <= c1; ++c) {
         if (best[c] >= 0 && best[c] <= dur) continue;

@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <memory>
 
+#include "apps/train/bench.h"
 #include "apps/train/corpus.h"
 #include "apps/train/data_loader.h"
 #include "apps/train/loss_functions.h"
+#include "apps/train/memory_check.h"
 #include "apps/train/optimizer.h"
 #include "apps/train/trace_timeline.h"
 #include "engine/core/check.h"
@@ -665,6 +667,11 @@ WalkthroughResult walkthrough_run(const WalkthroughOptions& o, std::ostream& out
                " exceeds max_position_embeddings ", o.config.max_position_embeddings);
   FANOUT_CHECK(o.steps > 0, "--steps must be positive, got ", o.steps);
   o.config.validate();
+  // dp gathers the logits: a batch that cannot fit is refused before the model is built.
+  memory_check_fits(
+      o.config, o.devices,
+      {o.batch_size, memory_largest_share(o.batch_size, static_cast<int64_t>(o.devices.size())),
+       o.seq_len, true, true});
 
   Narrator narrator(o, out);
   WalkthroughResult result;

@@ -1,12 +1,11 @@
 #include "engine/core/trace.h"
 
 #include <chrono>
-#include <fstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
-#include "engine/core/check.h"
+#include "engine/core/file_io.h"
 
 namespace fanout {
 
@@ -77,17 +76,10 @@ std::string Trace::to_json() const {
   return doc.dump();
 }
 
-void Trace::write(const std::string& path) const {
-  std::string text = to_json();
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    FANOUT_CHECK(out.good(), "cannot write trace file '", path, "'");
-    out << text;
-    out.close();
-    FANOUT_CHECK(out.good(), "cannot write trace file '", path, "'");
-  }
-  FANOUT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot write trace file '", path, "'");
+void Trace::write(const std::string& path, std::string_view what) const {
+  // Atomic, every write checked, and never over a device node, FIFO, symlink or
+  // directory (a rename over /dev/full would replace the node with a file).
+  file_write_atomic(path, to_json(), what);
 }
 
 TraceScope::TraceScope(std::string lane, std::string name)

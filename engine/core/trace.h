@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fanout {
@@ -28,8 +29,10 @@ class Trace {
   std::vector<TraceSpan> spans() const;
   void clear();
 
-  std::string to_json() const;                // {"traceEvents": [...]}: one thread (tid) per lane
-  void write(const std::string& path) const;  // throws fanout::Error if it cannot write
+  std::string to_json() const;  // {"traceEvents": [...]}: one thread (tid) per lane
+  // Through file_write_atomic: only to a regular file or a new path; throws
+  // fanout::Error naming `what` (the flag) and the path if it cannot write.
+  void write(const std::string& path, std::string_view what = "--trace") const;
 
  private:
   Trace();

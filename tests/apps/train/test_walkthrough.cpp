@@ -16,6 +16,8 @@
 #include "apps/train/walkthrough.h"
 #include "models/llama_layout.h"
 #include "tests/apps/fanout/cli_runner.h"
+#include "tests/apps/fanout/file_limit_util.h"
+#include "tests/engine/core/file_node_util.h"
 
 using namespace fanout;
 using namespace fanout::train;
@@ -142,24 +144,70 @@ TEST_CASE("fanout walkthrough exits 0 prints the legend and writes a trace that 
 TEST_CASE("fanout walkthrough rejects bad flags with one line and a non-zero exit") {
   std::string dir = test::make_temp_dir("fanout-walk");
   std::string trace = dir + "/t.json";
-  for (auto args : std::vector<std::vector<std::string>>{
-           {"--devices", "gpu:0"},
-           {"--batch-size", "0"},
-           {"--seq-len", "0"},
-           {"--steps", "0"},
-           {"--seq-len", "5000"},
-           {"--trace", dir + "/no/such/dir/t.json"},
+  struct Bad {
+    std::string flag, value, says;  // `says`: part of the one error line
+  };
+  for (const Bad& bad : std::vector<Bad>{
+           {"--devices", "gpu:0", "gpu:0"},
+           {"--batch-size", "0", "--batch-size"},
+           {"--seq-len", "0", "--seq-len"},
+           {"--steps", "0", "--steps"},
+           {"--seq-len", "5000", "exceeds max_position_embeddings"},
+           {"--trace", dir + "/no/such/dir/t.json", "does not exist"},
+           {"--trace", "", "--trace: an empty string is not a file name"},
+           {"--batch-size", "", "--batch-size: an empty value is not a number"},
+           // 2^60 died of SIGFPE (an overflowed B*T) before the range check.
+           {"--batch-size", "1152921504606846976", "--batch-size: '1152921504606846976' is out"},
+           {"--batch-size", "1000000000", "a batch of 1000000000 x 32 tokens needs at least"},
+           {"--seq-len", "", "--seq-len: an empty value"},
+           {"--seq-len", "x", "--seq-len: 'x' is not a whole number"},
+           {"--steps", "", "--steps: an empty value"},
+           {"--steps", "inf", "--steps: 'inf' is not a whole number"},
+           {"--steps", "3000000000", "--steps: '3000000000' is out of range"},
        }) {
     std::vector<std::string> cmd = {"walkthrough"};
-    if (args[0] != "--trace") cmd.insert(cmd.end(), {"--trace", trace});
-    cmd.insert(cmd.end(), args.begin(), args.end());
-    CAPTURE(args[0]);
-    CAPTURE(args[1]);
-    auto r = test::run_fanout(cmd);
+    if (bad.flag != "--trace") cmd.insert(cmd.end(), {"--trace", trace});
+    cmd.insert(cmd.end(), {bad.flag, bad.value});
+    CAPTURE(bad.flag);
+    CAPTURE(bad.value);
+    auto r = test::run_fanout(cmd, "timeout 60");
+    CAPTURE(r.err);
     CHECK(r.rc != 0);
     CHECK(r.err_lines() == 1);
+    CHECK(has(r.err, bad.says));
     CHECK(r.out.empty());
   }
   CHECK(!std::filesystem::exists(trace));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE(
+    "fanout walkthrough refuses a FIFO, device, symlink or directory as --trace before running") {
+  test::TempDir dir("fanout-walk");
+  for (const test::FileNode& node : test::make_file_nodes(dir.path)) {
+    CAPTURE(node.kind);
+    const std::string before = test::file_node_identity(node.path);
+    auto r = test::run_fanout({"walkthrough", "--devices", "cpu:0", "--batch-size", "1",
+                               "--seq-len", "4", "--steps", "1", "--trace", node.path},
+                              "timeout 60");
+    CHECK(r.rc == 1);
+    CHECK(r.err_lines() == 1);
+    CHECK(has(r.err, "--trace " + node.path + ": is " + node.kind));
+    CHECK(r.out.empty());  // before the narration started
+    CHECK(test::file_node_identity(node.path) == before);
+  }
+  CHECK(test::temp_leftovers(dir.path).empty());
+}
+
+TEST_CASE("a walkthrough trace that cannot be written (a full disk) fails in one line, no file") {
+  test::TempDir dir("fanout-walk");
+  auto r =
+      test::run_fanout_file_limited({"walkthrough", "--devices", "cpu:0", "--batch-size", "1",
+                                     "--seq-len", "4", "--steps", "1", "--trace", dir / "t.json"},
+                                    true);
+  CHECK(r.rc == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(has(r.err, dir / "t.json: cannot write: File too large"));
+  CHECK(!std::filesystem::exists(dir / "t.json"));
+  CHECK(test::temp_leftovers(dir.path).empty());
 }

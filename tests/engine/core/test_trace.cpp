@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -13,6 +15,9 @@
 #include "engine/core/check.h"
 #include "engine/core/stream.h"
 #include "engine/core/trace.h"
+#include "tests/apps/fanout/cli_runner.h"
+#include "tests/apps/fanout/file_limit_util.h"
+#include "tests/engine/core/file_node_util.h"
 
 using namespace fanout;
 
@@ -67,4 +72,35 @@ TEST_CASE("nothing is recorded while disabled and write() reports a bad path") {
   std::ifstream in(path);
   CHECK(nlohmann::json::parse(in).contains("traceEvents"));
   std::filesystem::remove(path);
+}
+
+TEST_CASE("write() refuses a FIFO, device, symlink or directory and leaves it as it was") {
+  test::TempDir dir("fanout-trace");
+  for (const test::FileNode& node : test::make_file_nodes(dir.path)) {
+    CAPTURE(node.kind);
+    const std::string before = test::file_node_identity(node.path);
+    const std::string err = test::error_of([&] { Trace::global().write(node.path); });
+    CHECK(err.find("--trace " + node.path + ": is " + node.kind) != std::string::npos);
+    CHECK(test::file_node_identity(node.path) == before);
+  }
+  CHECK(test::temp_leftovers(dir.path).empty());
+}
+
+TEST_CASE("write() on a full disk throws and leaves neither a partial trace nor a temporary") {
+  Trace& t = Trace::global();
+  t.clear();
+  t.set_enabled(true);
+  for (int i = 0; i < 100; ++i) t.add("host", "span", i, i + 1);  // well over 512 bytes
+  t.set_enabled(false);
+  test::TempDir dir("fanout-trace");
+  std::string err;
+  {
+    test::FileSizeLimit limit(512);
+    err = test::error_of([&] { t.write(dir / "trace.json"); });
+  }
+  t.clear();
+  CHECK(err.find(dir / "trace.json") != std::string::npos);
+  CHECK(err.find(std::strerror(EFBIG)) != std::string::npos);
+  CHECK(!std::filesystem::exists(dir / "trace.json"));
+  CHECK(test::temp_leftovers(dir.path).empty());
 }

@@ -1,0 +1,170 @@
+// `fanout bench` through the binary: results (--json, --svg, --trace) go only to
+// regular files or new paths, checked before the benchmark runs; a write that
+// fails (a full disk, simulated by a file size limit) is one error line and no
+// file; every numeric flag is a number in range; sizes that cannot fit are
+// refused before anything is allocated.
+
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/apps/fanout/cli_runner.h"
+#include "tests/apps/fanout/file_limit_util.h"
+#include "tests/engine/core/file_node_util.h"
+
+using namespace fanout;
+
+namespace {
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+// The smallest real benchmark: one device, one mode, one step of 1 x 4 tokens;
+// `flag value` replaces that flag's value (or is added).
+std::vector<std::string> small_bench(const std::string& flag = "", const std::string& value = "") {
+  std::vector<std::string> args = {"bench", "--devices", "cpu:0", "--modes", "dp", "--batch-size",
+                                   "1",     "--seq-len", "4",     "--steps", "1",  "--warmup",
+                                   "0"};
+  if (flag.empty()) return args;
+  for (size_t i = 1; i + 1 < args.size(); ++i) {
+    if (args[i] == flag) {
+      args[i + 1] = value;
+      return args;
+    }
+  }
+  args.insert(args.end(), {flag, value});
+  return args;
+}
+std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+// A hang (a FIFO opened for writing) fails the test instead of stalling the suite.
+const std::string kTimeout = "timeout 60";
+}  // namespace
+
+TEST_CASE("bench writes --json --svg and --trace to new paths") {
+  test::TempDir dir("fanout-bench");
+  auto r = test::run_fanout(with(small_bench(), {"--json", dir / "b.json", "--svg", dir / "b.svg",
+                                                 "--trace", dir / "b.trace"}),
+                            kTimeout);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  std::ifstream json(dir / "b.json"), trace(dir / "b.trace");
+  CHECK(nlohmann::json::parse(json)["results"].size() == 2);  // the baseline and dp
+  CHECK(nlohmann::json::parse(trace).contains("traceEvents"));
+  CHECK(std::filesystem::file_size(dir / "b.svg") > 0);
+  CHECK(test::temp_leftovers(dir.path).empty());
+}
+
+TEST_CASE("bench refuses a FIFO, device, symlink or directory as a result before running") {
+  test::TempDir dir("fanout-bench");
+  for (const std::string flag : {"--json", "--svg", "--trace"}) {
+    for (const test::FileNode& node : test::make_file_nodes(dir.path, flag.substr(2))) {
+      CAPTURE(flag);
+      CAPTURE(node.kind);
+      const std::string before = test::file_node_identity(node.path);
+      auto r = test::run_fanout(with(small_bench(), {flag, node.path}), kTimeout);
+      CHECK(r.rc == 1);
+      CHECK(r.err_lines() == 1);
+      CHECK(has(r.err, flag + " " + node.path + ": is " + node.kind));
+      CHECK(r.out.empty());  // refused before the benchmark printed (or ran) anything
+      CHECK(test::file_node_identity(node.path) == before);
+    }
+  }
+  CHECK(test::temp_leftovers(dir.path).empty());
+}
+
+TEST_CASE("bench results that cannot be written (a full disk) fail in one line and leave no file") {
+  test::TempDir dir("fanout-bench");
+  for (const std::string flag : {"--json", "--svg", "--trace"}) {
+    CAPTURE(flag);
+    const std::string path = dir / (flag.substr(2) + ".out");
+    auto r = test::run_fanout_file_limited(with(small_bench(), {flag, path}), true);
+    CHECK(r.rc == 1);
+    CHECK(r.err_lines() == 1);
+    CHECK(has(r.err, path + ": cannot write: File too large"));
+    CHECK(!std::filesystem::exists(path));
+  }
+  CHECK(test::temp_leftovers(dir.path).empty());
+}
+
+TEST_CASE("a file size limit is an error line, not a SIGXFSZ death") {
+  test::TempDir dir("fanout-bench");
+  // No `trap '' XFSZ` in the shell: fanout must ignore the signal itself.
+  auto r = test::run_fanout_file_limited(with(small_bench(), {"--json", dir / "b.json"}), false);
+  CHECK(r.rc == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(has(r.err, "File too large"));
+}
+
+TEST_CASE("bench refuses numeric flags that are not numbers in range in one line") {
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--batch-size", ""},
+           {"--batch-size", "0"},
+           {"--batch-size", "x"},
+           {"--batch-size", "1152921504606846976"},  // 2^60
+           {"--seq-len", ""},
+           {"--seq-len", "-4"},
+           {"--seq-len", "4.5"},
+           {"--steps", ""},
+           {"--steps", "9223372036854775808"},
+           {"--steps", "1e3"},
+           {"--warmup", ""},
+           {"--warmup", "-1"},
+           {"--bucket-mb", ""},
+           {"--bucket-mb", "inf"},
+           {"--bucket-mb", "nan"},
+           {"--bucket-mb", "1e300"},
+           {"--bucket-mb", "0"},
+           {"--bucket-mb", "-1"},
+       }) {
+    CAPTURE(flag);
+    CAPTURE(value);
+    auto r = test::run_fanout(small_bench(flag, value), kTimeout);
+    CHECK(r.rc != 0);
+    CHECK(r.err_lines() == 1);
+    CHECK(has(r.err, flag));
+    CHECK(r.out.empty());
+  }
+  for (const std::string value : {"", "0", "inf"}) {
+    auto r = test::run_fanout({"bench", "ops", "--repeats", value}, kTimeout);
+    CHECK(r.rc != 0);
+    CHECK(r.err_lines() == 1);
+    CHECK(has(r.err, "--repeats"));
+  }
+}
+
+TEST_CASE("bench refuses a batch that cannot fit in memory before allocating") {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"bench", "--devices", "cpu:0", "--modes", "dp", "--batch-size", "1000000000",
+            "--seq-len", "1024"},
+           {"bench", "ops", "--batch-size", "1000000000", "--seq-len", "1024"},
+       }) {
+    auto r = test::run_fanout(args, kTimeout);
+    CAPTURE(r.err);
+    CHECK(r.rc == 1);
+    CHECK(r.err_lines() == 1);
+    CHECK(has(r.err, "a batch of 1000000000 x 1024 tokens needs at least"));
+    CHECK(r.out.empty());
+  }
+}
+
+TEST_CASE("bench refuses flags it would ignore and two results on one path") {
+  test::TempDir dir("fanout-bench");
+  auto r = test::run_fanout({"bench", "--json", dir / "x.json", "ops"}, kTimeout);
+  CHECK(r.rc == 1);
+  CHECK(has(r.err, "--json does not apply to fanout bench ops"));
+  r = test::run_fanout(with(small_bench(), {"--json", dir / "x", "--trace", dir / "x"}), kTimeout);
+  CHECK(r.rc == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(has(r.err, "--json and --trace name the same file"));
+  r = test::run_fanout(with(small_bench(), {"--svg", ""}), kTimeout);
+  CHECK(r.rc == 1);
+  CHECK(has(r.err, "--svg: an empty string is not a file name"));
+  CHECK(!std::filesystem::exists(dir / "x"));
+}
