@@ -84,35 +84,6 @@ void pread_exact(int fd, void* dst, uint64_t bytes, uint64_t offset, const std::
   }
 }
 
-// A read-only descriptor of a regular file, closed with the object. A FIFO or device
-// named as a checkpoint file would block or mislead: file_regular_size refuses it by
-// name, and fstat checks the file actually opened is the regular file checked.
-class RegularFile {
- public:
-  explicit RegularFile(const std::string& path) {
-    file_regular_size(path);
-    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    FANOUT_CHECK(fd_ >= 0, path, ": cannot open: ", std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      detail::throw_error(path + ": is not a regular file (it changed while being opened)");
-    }
-    size_ = static_cast<uint64_t>(st.st_size);
-  }
-  ~RegularFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  RegularFile(const RegularFile&) = delete;
-  RegularFile& operator=(const RegularFile&) = delete;
-  int fd() const { return fd_; }
-  uint64_t size() const { return size_; }
-
- private:
-  int fd_ = -1;
-  uint64_t size_ = 0;
-};
-
 // "<path>: tensor '<name>'" for messages, built only when one is thrown.
 struct TensorWhere {
   const std::string& path;

@@ -27,33 +27,6 @@ constexpr int kHeaderInts = 256;
 constexpr int64_t kHeaderBytes = kHeaderInts * 4;
 constexpr uint64_t kMaxTextBytes = uint64_t{1} << 30;
 
-// A read-only descriptor of a regular file, closed with the object. file_check_regular
-// refuses a FIFO or device by name without blocking; fstat then checks that what was
-// opened is that regular file.
-class RegularFd {
- public:
-  explicit RegularFd(const std::string& path) {
-    file_check_regular(path);
-    fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    FANOUT_CHECK(fd_ >= 0, path, ": cannot open: ", std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      detail::throw_error(path + ": is not a regular file (it changed while being opened)");
-    }
-    size_ = static_cast<uint64_t>(st.st_size);
-  }
-  ~RegularFd() { ::close(fd_); }
-  RegularFd(const RegularFd&) = delete;
-  RegularFd& operator=(const RegularFd&) = delete;
-  int fd() const { return fd_; }
-  uint64_t size() const { return size_; }
-
- private:
-  int fd_ = -1;
-  uint64_t size_ = 0;
-};
-
 // Up to `bytes` from `offset`; fewer only at the end of the file.
 size_t read_at(int fd, void* dst, size_t bytes, uint64_t offset, const std::string& path) {
   size_t have = 0;
@@ -172,7 +145,7 @@ void TokenData::tokens_copy(int64_t begin, int64_t count, int32_t* out) const {
 
 namespace {
 
-void load_bin(TokenData& data, const RegularFd& file) {
+void load_bin(TokenData& data, const RegularFile& file) {
   const std::string& path = data.path;
   const uint64_t file_size = file.size();
   FANOUT_CHECK(file_size >= kHeaderBytes, path, ": too short for an llm.c token file (", file_size,
@@ -265,7 +238,7 @@ class TextSplitter {
   int64_t doc_start_ = -1;  // index of the open document's BOT in data_.tokens, or -1
 };
 
-void load_text(TokenData& data, const RegularFd& file) {
+void load_text(TokenData& data, const RegularFile& file) {
   const uint64_t limit = token_file_text_limit();
   FANOUT_CHECK(file.size() <= limit, data.path, ": ", file.size(),
                " bytes of text is more than the ", limit,
@@ -297,7 +270,7 @@ uint64_t token_file_text_limit() {
 TokenData token_file_load(const std::string& path, std::string_view flag) {
   FANOUT_CHECK(!path.empty(), flag.empty() ? "" : std::string(flag) + ": ",
                "an empty string is not a file name");
-  const RegularFd file(path);
+  const RegularFile file(path);
   FANOUT_CHECK(file.size() > 0, path, ": the file is empty");
   TokenData data;
   data.path = path;

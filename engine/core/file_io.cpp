@@ -71,6 +71,18 @@ const char* file_kind_name(unsigned mode) {
   return "not a regular file";
 }
 
+RegularFile::RegularFile(const std::string& path) {
+  struct stat st {};
+  fd_ = open_regular(path, st);
+  // Back to blocking reads: a regular file never blocks, but O_NONBLOCK is odd there.
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+  size_ = static_cast<uint64_t>(st.st_size);
+}
+
+RegularFile::~RegularFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
 void file_check_regular(const std::string& path) {
   struct stat st {};
   ::close(open_regular(path, st));
@@ -83,29 +95,19 @@ uint64_t file_regular_size(const std::string& path) {
 }
 
 std::string file_read_regular(const std::string& path, uint64_t max_bytes) {
-  struct stat st {};
-  const int fd = open_regular(path, st);
-  std::string out;
-  try {
-    FANOUT_CHECK(static_cast<uint64_t>(st.st_size) <= max_bytes, path, ": ", st.st_size,
-                 " bytes is more than the ", max_bytes, " this file may have");
-    // Back to blocking reads: a regular file never blocks, but O_NONBLOCK is odd there.
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    out.resize(static_cast<size_t>(st.st_size));
-    size_t have = 0;
-    while (have < out.size()) {
-      const ssize_t n = ::read(fd, out.data() + have, out.size() - have);
-      if (n < 0 && errno == EINTR) continue;
-      FANOUT_CHECK(n >= 0, path, ": cannot read: ", std::strerror(errno));
-      if (n == 0) break;  // shrank while read: take what is there
-      have += static_cast<size_t>(n);
-    }
-    out.resize(have);
-  } catch (...) {
-    ::close(fd);
-    throw;
+  const RegularFile file(path);
+  FANOUT_CHECK(file.size() <= max_bytes, path, ": ", file.size(), " bytes is more than the ",
+               max_bytes, " this file may have");
+  std::string out(static_cast<size_t>(file.size()), '\0');
+  size_t have = 0;
+  while (have < out.size()) {
+    const ssize_t n = ::read(file.fd(), out.data() + have, out.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    FANOUT_CHECK(n >= 0, path, ": cannot read: ", std::strerror(errno));
+    if (n == 0) break;  // shrank while read: take what is there
+    have += static_cast<size_t>(n);
   }
-  ::close(fd);
+  out.resize(have);
   return out;
 }
 

@@ -17,6 +17,23 @@ namespace fanout {
 // regular file this process can open for reading. Never blocks.
 void file_check_regular(const std::string& path);
 
+// A read-only descriptor of a regular file, closed with the object: opened without
+// blocking (a FIFO is refused by name, as above) and checked with fstat, so what is
+// read is the regular file that was checked. Reads with pread need no seeking.
+class RegularFile {
+ public:
+  explicit RegularFile(const std::string& path);
+  ~RegularFile();
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+  int fd() const { return fd_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
 // The size of the regular file `path` (checked as above).
 uint64_t file_regular_size(const std::string& path);
 

@@ -31,6 +31,11 @@ struct TempDir {
   std::string operator/(const std::string& name) const { return path + "/" + name; }
 };
 
+// Whether `part` occurs in `text`.
+inline bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
 // The message of the fanout::Error `f` throws ("" if it throws none).
 template <typename F>
 std::string error_of(F f) {

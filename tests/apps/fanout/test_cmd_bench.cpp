@@ -18,11 +18,9 @@
 #include "tests/engine/core/file_node_util.h"
 
 using namespace fanout;
+using fanout::test::has;
 
 namespace {
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 // The smallest real benchmark: one device, one mode, one step of 1 x 4 tokens;
 // `flag value` replaces that flag's value (or is added).
 std::vector<std::string> small_bench(const std::string& flag = "", const std::string& value = "") {

@@ -11,23 +11,13 @@
 
 #include "apps/train/progress.h"
 #include "engine/core/check.h"
+#include "tests/apps/fanout/checkpoint_util.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/file_limit_util.h"
 #include "tests/engine/core/file_node_util.h"
 
 using namespace fanout;
-
-namespace {
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-}  // namespace
+using fanout::test::has;
 
 TEST_CASE("the metrics log keeps the lines up to the resumed step and appends after them") {
   test::TempDir dir("fanout-metrics");
@@ -37,7 +27,7 @@ TEST_CASE("the metrics log keeps the lines up to the resumed step and appends af
     train::MetricsLog log(path, 2);
     log.write({{"step", 3}, {"loss", 1.5}});
   }
-  CHECK(slurp(path) == "{\"step\":1}\n{\"step\":2}\n{\"loss\":1.5,\"step\":3}\n");
+  CHECK(test::file_read(path) == "{\"step\":1}\n{\"step\":2}\n{\"loss\":1.5,\"step\":3}\n");
   CHECK(test::temp_leftovers(dir.path).empty());
 }
 
@@ -51,7 +41,7 @@ TEST_CASE("the metrics log refuses a FIFO, device, symlink or directory and leav
     CHECK(has(err, "is " + node.kind));
     CHECK(test::file_node_identity(node.path) == before);
   }
-  CHECK(slurp(dir / "target") == "keep me\n");
+  CHECK(test::file_read(dir / "target") == "keep me\n");
 }
 
 TEST_CASE("a metrics line that cannot be written throws naming the file and the reason") {

@@ -13,23 +13,13 @@
 
 #include "engine/core/check.h"
 #include "engine/core/file_io.h"
+#include "tests/apps/fanout/checkpoint_util.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/file_limit_util.h"
 #include "tests/engine/core/file_node_util.h"
 
 using namespace fanout;
-
-namespace {
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-}  // namespace
+using fanout::test::has;
 
 TEST_CASE(
     "file_write_atomic refuses a FIFO, device, symlink or directory and leaves it as it was") {
@@ -46,16 +36,16 @@ TEST_CASE(
     // The same refusal is available before any work is done.
     CHECK(test::error_of([&] { file_check_output(node.path, "--result"); }) == err);
   }
-  CHECK(slurp(dir / "target") == "keep me\n");
+  CHECK(test::file_read(dir / "target") == "keep me\n");
   CHECK(test::temp_leftovers(dir.path).empty());
 }
 
 TEST_CASE("file_write_atomic writes a new path and replaces a regular file") {
   test::TempDir dir("fanout-file-io");
   file_write_atomic(dir / "new.json", "one\n", "--json");
-  CHECK(slurp(dir / "new.json") == "one\n");
+  CHECK(test::file_read(dir / "new.json") == "one\n");
   file_write_atomic(dir / "new.json", "two\n", "--json");
-  CHECK(slurp(dir / "new.json") == "two\n");
+  CHECK(test::file_read(dir / "new.json") == "two\n");
   CHECK(has(test::error_of([&] { file_check_output(dir / "no/such/x.json", "--json"); }),
             "does not exist"));
   CHECK(has(test::error_of([&] { file_check_output("", "--json"); }), "empty"));
@@ -73,7 +63,7 @@ TEST_CASE("file_write_atomic on a full disk throws naming the path and keeps the
   }
   CHECK(has(err, path));
   CHECK(has(err, std::strerror(EFBIG)));
-  CHECK(slurp(path) == "old\n");
+  CHECK(test::file_read(path) == "old\n");
   CHECK(test::temp_leftovers(dir.path).empty());
 }
 
