@@ -171,15 +171,17 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     // Note [Extending a run]: the schedule's horizon is --steps, so a resumed run with
     // another --steps continues on a stretched (or shrunk) curve: said, not hidden.
     const int64_t next = s.resume->state.step + 1;
+    const int64_t was_at = std::min(next, s.saved_steps);  // past a finished run's end: its last
     Schedule before = schedule;
     before.steps = s.saved_steps;
-    char line[256];
+    char line[320];
     std::snprintf(line, sizeof line,
                   "note: --steps %lld changes the schedule's horizon from %lld steps: the "
-                  "learning rate at step %lld is %.3g (it would be %.3g with --steps %lld)",
+                  "learning rate at step %lld is %.3g (the original schedule gives %.3g at step "
+                  "%lld)",
                   static_cast<long long>(o.steps), static_cast<long long>(s.saved_steps),
-                  static_cast<long long>(next), schedule.at(next),
-                  before.at(std::min(next, s.saved_steps)), static_cast<long long>(s.saved_steps));
+                  static_cast<long long>(next), schedule.at(next), before.at(was_at),
+                  static_cast<long long>(was_at));
     s.notes.push_back(line);
   }
   if (o.strategy == "ddp") {
