@@ -52,7 +52,9 @@ void ThreadPool::run_on(const std::vector<int>& which, const std::function<void(
         err = std::current_exception();
       }
       std::lock_guard<std::mutex> lock(mu);
-      if (err && !first) first = err, first_index = i;
+      // Moved, not copied: once `remaining` is 0 the caller reads and frees the
+      // exception, so this thread must hold no reference to it by then.
+      if (err && !first) first = std::move(err), first_index = i;
       if (--remaining == 0) cv.notify_all();
     });
   }

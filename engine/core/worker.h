@@ -4,6 +4,7 @@
 // stream) and of the ThreadPool (one worker per device).
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -24,7 +25,12 @@ class Worker {
 
  private:
   std::string name_;
-  tbb::concurrent_bounded_queue<std::function<void()>> queue_;
+  // Pages from malloc, not oneTBB's default cache_aligned_allocator: that one
+  // is served by libtbbmalloc, which ThreadSanitizer cannot see, so a page
+  // freed by this thread and reused by a poster looked like a data race
+  // (docs/sanitizers.md). A page holds 8 closures; the allocator is not hot.
+  tbb::concurrent_bounded_queue<std::function<void()>, std::allocator<std::function<void()>>>
+      queue_;
   std::thread thread_;
 };
 

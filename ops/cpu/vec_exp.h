@@ -14,7 +14,11 @@
 // Loops over floats built three times, for AVX-512, AVX2 and the x86-64 baseline;
 // the loader picks the best the CPU has (GCC function multiversioning). The
 // project compiles for the baseline, so without this they would use 4-wide SSE.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Sanitizer builds define FANOUT_NO_TARGET_CLONES: the clones' ifunc resolvers
+// run during relocation, before the sanitizer runtime starts, and GCC
+// instruments them (ThreadSanitizer then segfaults at load).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(FANOUT_NO_TARGET_CLONES)
 #define FANOUT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define FANOUT_VECTOR_CLONES

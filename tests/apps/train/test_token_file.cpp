@@ -255,7 +255,9 @@ TEST_CASE("a token file is mapped: 256 MB load and check without becoming reside
   CHECK(tail == std::vector<int32_t>{0, 0, 0, 300});
   // The old loader held the file and a 4-byte copy of every token (768 MB).
   const long grown = resident_kb() - before;
-  CHECK_MESSAGE(grown < 64 * 1024, "resident memory grew by " << grown << " KB");
+  if (test::kResidentMemoryChecked) {
+    CHECK_MESSAGE(grown < 64 * 1024, "resident memory grew by " << grown << " KB");
+  }
 }
 
 TEST_CASE("streamed text splits into exactly the documents split_documents finds") {
