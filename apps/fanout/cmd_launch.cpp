@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "engine/core/check.h"
 
@@ -100,6 +101,7 @@ std::string train_strategy_problem(const std::vector<std::string>& command, int 
 
 int run_launch(LaunchArgs a) {
   FANOUT_CHECK(a.nproc >= 1, "--nproc-per-node must be at least 1");
+  FANOUT_CHECK(!a.addr.empty(), "--master-addr: an empty value is not an address");
   FANOUT_CHECK(a.nnodes >= 1, "--nnodes must be at least 1");
   FANOUT_CHECK(a.node_rank >= 0 && a.node_rank < a.nnodes, "--node-rank must be in [0, --nnodes)");
   FANOUT_CHECK(!a.command.empty(),
@@ -206,13 +208,15 @@ Command add_launch_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "launch", "Start one fanout process per device with torchrun's variables (ddp)");
   auto a = std::make_shared<LaunchArgs>();
-  cmd->add_option("--nproc-per-node", a->nproc, "Processes on this node")->capture_default_str();
-  cmd->add_option("--nnodes", a->nnodes, "Nodes in the run")->capture_default_str();
-  cmd->add_option("--node-rank", a->node_rank, "This node's index")->capture_default_str();
+  // Bounds: a process per device (1024 covers any node), a port number or 0 (free).
+  add_number(cmd, "--nproc-per-node", a->nproc, "Processes on this node", 1, 1024);
+  add_number(cmd, "--nnodes", a->nnodes, "Nodes in the run", 1, 65536);
+  add_number(cmd, "--node-rank", a->node_rank, "This node's index", 0, 65535);
   cmd->add_option("--master-addr", a->addr, "Address of rank 0")->capture_default_str();
-  cmd->add_option("--master-port", a->port, "Port of rank 0 (default: a free one, single node)");
-  cmd->add_option("--grace", a->grace, "Seconds the ranks get to stop before they are killed")
-      ->capture_default_str();
+  add_number(cmd, "--master-port", a->port, "Port of rank 0 (0: a free one, single node)", 0,
+             65535);
+  add_number(cmd, "--grace", a->grace, "Seconds the ranks get to stop before they are killed", 0.0,
+             1e6);
   cmd->add_option("command", a->command, "The fanout command each rank runs (after --)");
   return [cmd, a]() -> int { return cmd->parsed() ? run_launch(*a) : -1; };
 }

@@ -223,7 +223,7 @@ TEST_CASE("launch without a command or with no processes fails") {
   r = run_fanout({"launch", "--nproc-per-node", "2"});
   check_fails(r.rc, r.err, "give the command to run after --");
   r = run_fanout({"launch", "--nproc-per-node", "0", "--", "devices"});
-  check_fails(r.rc, r.err, "--nproc-per-node must be at least 1");
+  check_fails(r.rc, r.err, "--nproc-per-node: '0' is out of range (expected 1..1024)");
   r = run_fanout({"launch", "--nproc-per-node", "2", "--nnodes", "2", "--", "devices"});
   check_fails(r.rc, r.err, "needs --master-port");
 }
@@ -267,4 +267,32 @@ TEST_CASE("launch accepts --strategy=ddp as well as --strategy ddp") {
   INFO("stderr: " << r.err);
   CHECK(r.rc == 0);
   CHECK(lines_with(r.out, "2 processes (gloo").size() == 1);
+}
+
+TEST_CASE("launch refuses a malformed or out-of-range number before starting any rank") {
+  TempDir dir("fanout-launch-flags");
+  const std::string out = dir / "out";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--nproc-per-node", ""}, "--nproc-per-node: an empty value is not a number"},
+      {{"--nproc-per-node", "0"}, "--nproc-per-node: '0' is out of range"},
+      {{"--nproc-per-node", "100000"}, "--nproc-per-node: '100000' is out of range"},
+      {{"--nnodes", "-2"}, "--nnodes: '-2' is out of range"},
+      {{"--master-port", "70000"}, "--master-port: '70000' is out of range"},
+      {{"--master-port", "12ab"}, "--master-port: '12ab' is not a whole number"},
+      {{"--grace", "inf"}, "--grace: 'inf' is not a finite number"},
+      {{"--master-addr", ""}, "--master-addr: an empty value is not an address"},
+  };
+  for (const auto& [flags, phrase] : cases) {
+    std::vector<std::string> args = {"launch"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.insert(args.end(), {"--", "train", "--strategy", "ddp", "--devices", "cpu", "--steps", "1",
+                             "--out", out});
+    CAPTURE(phrase);
+    CliResult r = run_fanout(args);
+    INFO("rc " << r.rc << " stderr: " << r.err);
+    CHECK(r.rc != 0);
+    CHECK(r.err_lines() == 1);
+    CHECK(has(r.err, phrase));
+    CHECK(!fs::exists(out));
+  }
 }
