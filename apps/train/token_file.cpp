@@ -1,7 +1,6 @@
 #include "apps/train/token_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,73 +52,57 @@ bool is_token_magic(int32_t magic) {
 }
 }  // namespace
 
-// --- the mapped token section ------------------------------------------------------
+// --- the token section, read on demand ------------------------------------------------
 
+// Note [Token files are read, not mapped]
+// The tokens stay in the file: every batch reads its window with pread (a few KiB),
+// so a file of any size costs only what one batch needs. A memory mapping would do
+// the same, but a file truncated or rewritten while a run reads it would then kill
+// the process with SIGBUS; a short read is an error that names the file instead.
 class TokenMap {
  public:
-  TokenMap(const std::string& path, int fd, uint64_t file_size, int width, int64_t count)
-      : width_(width), count_(count), length_(static_cast<size_t>(file_size)) {
-    // MAP_PRIVATE read-only: pages come from the page cache on demand and are never
-    // anonymous memory, so a file of any size costs only what is touched.
-    void* p = ::mmap(nullptr, length_, PROT_READ, MAP_PRIVATE, fd, 0);
-    FANOUT_CHECK(p != MAP_FAILED, path, ": cannot map the token file: ", std::strerror(errno));
-    base_ = static_cast<const unsigned char*>(p);
+  TokenMap(const std::string& path, int fd, int width, int64_t count)
+      : path_(path), fd_(::dup(fd)), width_(width), count_(count) {
+    FANOUT_CHECK(fd_ >= 0, path, ": cannot keep the token file open: ", std::strerror(errno));
   }
-  ~TokenMap() { ::munmap(const_cast<unsigned char*>(base_), length_); }
+  ~TokenMap() { ::close(fd_); }
   TokenMap(const TokenMap&) = delete;
   TokenMap& operator=(const TokenMap&) = delete;
 
   int64_t count() const { return count_; }
-  // The id as stored (uint32 ids may exceed int32; token_data_check_vocab refuses them).
+  // Tokens [begin, begin + n) as stored (uint32 ids may exceed int32), widened to 32 bits.
+  void read(int64_t begin, int64_t n, uint32_t* out) const {
+    const size_t bytes = static_cast<size_t>(n * width_);
+    const uint64_t offset = static_cast<uint64_t>(kHeaderBytes + begin * width_);
+    if (width_ == 4) {
+      check_read(read_at(fd_, out, bytes, offset, path_), bytes);
+      return;
+    }
+    // uint16 ids: widened through a small buffer.
+    uint16_t narrow[4096];
+    for (int64_t done = 0; done < n; done += 4096) {
+      const int64_t m = std::min<int64_t>(4096, n - done);
+      const size_t m_bytes = static_cast<size_t>(m) * 2;
+      check_read(read_at(fd_, narrow, m_bytes, offset + static_cast<uint64_t>(done) * 2, path_),
+                 m_bytes);
+      for (int64_t i = 0; i < m; ++i) out[done + i] = narrow[i];
+    }
+  }
   uint32_t raw(int64_t i) const {
-    const unsigned char* p = tokens() + i * width_;
-    if (width_ == 2) {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
     uint32_t v;
-    std::memcpy(&v, p, 4);
+    read(i, 1, &v);
     return v;
-  }
-  void copy(int64_t begin, int64_t n, int32_t* out) const {
-    const unsigned char* p = tokens() + begin * width_;
-    if (width_ == 2) {
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t v;
-        std::memcpy(&v, p + 2 * i, 2);
-        out[i] = v;
-      }
-    } else {
-      std::memcpy(out, p, static_cast<size_t>(n) * 4);
-    }
-  }
-  // The first token in [begin, begin + n) that is >= limit, or -1.
-  int64_t find_at_least(int64_t begin, int64_t n, uint32_t limit) const {
-    bool bad = false;  // one branch-free pass (vectorised); the position only on failure
-    for (int64_t i = begin; i < begin + n; ++i) bad |= raw(i) >= limit;
-    if (!bad) return -1;
-    for (int64_t i = begin;; ++i) {
-      if (raw(i) >= limit) return i;
-    }
-  }
-  // Drops [begin, begin + n) from this process's resident pages (a one-pass scan need
-  // not keep them; they stay in the page cache and come back on the next touch).
-  void release(int64_t begin, int64_t n) const {
-    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    uintptr_t first = reinterpret_cast<uintptr_t>(tokens() + begin * width_);
-    uintptr_t last = reinterpret_cast<uintptr_t>(tokens() + (begin + n) * width_);
-    first = (first + page - 1) / page * page;
-    last = last / page * page;
-    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
   }
 
  private:
-  const unsigned char* tokens() const { return base_ + kHeaderBytes; }
-  const unsigned char* base_ = nullptr;
+  void check_read(size_t got, size_t want) const {
+    FANOUT_CHECK(got == want, path_,
+                 ": the token file is shorter than its header says (changed while in use?)");
+  }
+  std::string path_;
+  int fd_;
   int width_;
   int64_t count_;
-  size_t length_;
 };
 
 int64_t TokenData::token_count() const {
@@ -135,7 +118,9 @@ void TokenData::tokens_copy(int64_t begin, int64_t count, int32_t* out) const {
   FANOUT_ASSERT(begin >= 0 && count >= 0 && count <= token_count() - begin, "tokens [", begin,
                 ", +", count, ") of ", token_count());
   if (map) {
-    map->copy(begin, count, out);
+    static_assert(sizeof(int32_t) == sizeof(uint32_t));
+    // Ids were checked against the vocabulary (< 2^31) when the file was loaded.
+    map->read(begin, count, reinterpret_cast<uint32_t*>(out));
   } else {
     std::copy_n(tokens.begin() + begin, count, out);
   }
@@ -171,8 +156,7 @@ void load_bin(TokenData& data, const RegularFile& file) {
   FANOUT_CHECK(file_size == static_cast<uint64_t>(expected), path, ": the header says ", count,
                " tokens (", expected, " bytes) but the file has ", file_size, " bytes");
   FANOUT_CHECK(count > 0, path, ": holds no tokens");
-  data.map =
-      std::make_shared<const TokenMap>(path, file.fd(), file_size, static_cast<int>(width), count);
+  data.map = std::make_shared<const TokenMap>(path, file.fd(), static_cast<int>(width), count);
   data.from_bin = true;
 }
 
@@ -243,7 +227,7 @@ void load_text(TokenData& data, const RegularFile& file) {
   FANOUT_CHECK(file.size() <= limit, data.path, ": ", file.size(),
                " bytes of text is more than the ", limit,
                " bytes a text file may hold here (text is tokenized in memory at 8 bytes per byte; "
-               "convert it to an llm.c .bin token file, which is memory-mapped)");
+               "convert it to an llm.c .bin token file, which is read on demand)");
   data.tokens.reserve(static_cast<size_t>(file.size()) + 2);
   TextSplitter split(data);
   std::vector<char> block(size_t{1} << 20);
@@ -292,14 +276,20 @@ void token_data_check_vocab(const TokenData& data, int64_t vocab_size) {
                                         " is out of range for vocabulary size ", vocab_size));
   };
   if (data.map) {
-    // In blocks, released after the scan: a large file is checked without becoming resident.
-    constexpr int64_t kBlock = int64_t{1} << 22;
+    // In blocks through one buffer: a large file is checked without becoming resident.
+    constexpr int64_t kBlock = int64_t{1} << 20;
     const int64_t n = data.map->count();
+    const uint32_t limit = static_cast<uint32_t>(vocab_size);
+    std::vector<uint32_t> block(static_cast<size_t>(std::min(kBlock, n)));
     for (int64_t begin = 0; begin < n; begin += kBlock) {
       const int64_t len = std::min(kBlock, n - begin);
-      const int64_t bad = data.map->find_at_least(begin, len, static_cast<uint32_t>(vocab_size));
-      if (bad >= 0) refuse(data.map->raw(bad), bad);
-      data.map->release(begin, len);
+      data.map->read(begin, len, block.data());
+      bool bad = false;  // one branch-free pass (vectorised); the position only on failure
+      for (int64_t i = 0; i < len; ++i) bad |= block[i] >= limit;
+      if (!bad) continue;
+      for (int64_t i = 0; i < len; ++i) {
+        if (block[i] >= limit) refuse(block[i], begin + i);
+      }
     }
     return;
   }

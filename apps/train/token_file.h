@@ -3,7 +3,7 @@
 // version 1 with uint16 tokens, or magic 20240801 version 7 with uint32 tokens;
 // header[2] = token count), recognised by its header whatever the file's name, or
 // any other file as UTF-8 text through the byte tokenizer. Token files are
-// memory-mapped, not copied; text is streamed and bounded (token_file_text_limit).
+// read on demand (pread), not copied; text is streamed and bounded (token_file_text_limit).
 // Only regular files are opened. Every problem is a fanout::Error naming the file.
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 
 namespace fanout::train {
 
-class TokenMap;  // the mapped token section of an llm.c file (token_file.cpp)
+class TokenMap;  // the token section of an llm.c file, read on demand (token_file.cpp)
 
 struct TokenData {
   std::string path;
@@ -24,7 +24,7 @@ struct TokenData {
   // Text files only: each document's bytes, for packing off.
   std::vector<std::vector<int32_t>> documents;
   bool from_bin = false;
-  std::shared_ptr<const TokenMap> map;  // llm.c files: the file, mapped read-only
+  std::shared_ptr<const TokenMap> map;  // llm.c files: the open file, read on demand
 
   // The packed stream, whatever holds it.
   int64_t token_count() const;

@@ -226,7 +226,7 @@ long resident_kb() {
 }
 }  // namespace
 
-TEST_CASE("a token file is mapped: 256 MB load and check without becoming resident") {
+TEST_CASE("a token file is read on demand: 256 MB load and check without becoming resident") {
   // A sparse file: a valid uint16 header, 134M zero tokens, then one id of 300.
   TempDir dir("fanout-tokens");
   const std::string path = dir / "big.bin";
@@ -289,4 +289,21 @@ TEST_CASE("streamed text splits into exactly the documents split_documents finds
   }
   CHECK(token_file_text_limit() <= (uint64_t{1} << 30));
   CHECK(token_file_text_limit() >= (uint64_t{1} << 20));
+}
+
+TEST_CASE("a token file cut short while in use is an error naming it, not a SIGBUS") {
+  TempDir dir("fanout-tokens");
+  const std::string path = dir / "cut.bin";
+  std::vector<int32_t> tokens(100000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 259);
+  token_file_write_bin(path, tokens);
+  TokenData d = token_file_load(path);
+  std::vector<int32_t> out(10);
+  d.tokens_copy(99990, 10, out.data());
+  CHECK(out[9] == 99999 % 259);
+  // Rewritten under the run (a new data set generated in place, say).
+  std::filesystem::resize_file(path, 1024 + 2 * 1000);
+  CHECK(error_of([&] { d.tokens_copy(99990, 10, out.data()); }) ==
+        path + ": the token file is shorter than its header says (changed while in use?)");
+  CHECK(error_of([&] { d.tokens_copy(0, 10, out.data()); }).empty());  // what is left still reads
 }
