@@ -4,6 +4,7 @@
 // A failure is a bug in the caller (FANOUT_ASSERT), named by op and argument.
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
@@ -12,5 +13,10 @@ namespace fanout::ops {
 
 void check_arg(const char* op, const char* name, const Stream& stream, const Tensor& t, DType dtype,
                int64_t numel);
+
+// check_arg for a tensor that may have any dtype of `dtypes` (the bf16 contract's
+// "f32|bf16" arguments); returns the dtype it has, for the dispatcher's switch.
+DType check_arg_any(const char* op, const char* name, const Stream& stream, const Tensor& t,
+                    std::initializer_list<DType> dtypes, int64_t numel);
 
 }  // namespace fanout::ops

@@ -2,6 +2,7 @@
 
 #include "engine/core/check.h"
 #include "ops/check_args.h"
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/cross_entropy.h"
 #include "ops/cuda/cross_entropy.h"
 
@@ -42,17 +43,25 @@ void cross_entropy_backward(Stream& stream, const Tensor& dlogits, const Tensor&
                ", V = ", V);
   FANOUT_CHECK(normalizer > 0, op, ": the normalizer must be positive (the global count of ",
                "non-ignored targets, or 1 when there are none), got ", normalizer);
-  check_arg(op, "dlogits", stream, dlogits, DType::f32, N * V);
+  // dlogits f32 (in place over logits, or not) or bf16, then necessarily a separate
+  // buffer: no tensor views one storage under two dtypes.
+  const DType d_t = check_arg_any(op, "dlogits", stream, dlogits, {DType::f32, DType::bf16}, N * V);
   check_arg(op, "logits", stream, logits, DType::f32, N * V);
   check_arg(op, "targets", stream, targets, DType::i32, N);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {
-        cpu::cross_entropy_backward(dlogits.data<float>(), logits.data<float>(),
-                                    targets.data<int32_t>(), N, V, ignore_index, normalizer);
+        if (d_t == DType::f32)
+          cpu::cross_entropy_backward(dlogits.data<float>(), logits.data<float>(),
+                                      targets.data<int32_t>(), N, V, ignore_index, normalizer);
+        else
+          cpu::cross_entropy_backward(dlogits.data<cpu::bf16>(), logits.data<float>(),
+                                      targets.data<int32_t>(), N, V, ignore_index, normalizer);
       });
       return;
     case DeviceKind::cuda:
+      FANOUT_CHECK(d_t == DType::f32, op,
+                   ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
 #ifdef FANOUT_HAS_CUDA
       cuda::cross_entropy_backward_f32(stream.cuda_handle(), dlogits.data<float>(),
                                        logits.data<float>(), targets.data<int32_t>(), N, V,

@@ -25,6 +25,7 @@ void cross_entropy_forward(Stream& stream, const Tensor& stats, const Tensor& lo
 // not accumulate. dlogits may alias logits (in place, to save the (N, V) buffer).
 // normalizer > 0, normally the count of non-ignored targets over all replicas
 // (pass 1 when that count is 0: every row is then ignored and written as 0).
+// logits f32; dlogits f32, or bf16 (a separate buffer): the f32 result rounded once.
 void cross_entropy_backward(Stream& stream, const Tensor& dlogits, const Tensor& logits,
                             const Tensor& targets, int64_t N, int64_t V, int32_t ignore_index,
                             float normalizer);

@@ -2,6 +2,7 @@
 
 #include "engine/core/check.h"
 #include "ops/check_args.h"
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/embedding.h"
 #include "ops/cuda/embedding.h"
 
@@ -12,15 +13,22 @@ void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, con
   const char* op = "embedding_forward";
   check_arg(op, "out", stream, out, DType::f32, N * C);
   check_arg(op, "ids", stream, ids, DType::i32, N);
-  check_arg(op, "table", stream, table, DType::f32, V * C);
+  // A bf16 table is read into the f32 residual stream (exact).
+  const DType table_t = check_arg_any(op, "table", stream, table, {DType::f32, DType::bf16}, V * C);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {
-        cpu::embedding_forward(out.data<float>(), ids.data<int32_t>(), table.data<float>(), N, C,
-                               V);
+        if (table_t == DType::f32)
+          cpu::embedding_forward(out.data<float>(), ids.data<int32_t>(), table.data<float>(), N, C,
+                                 V);
+        else
+          cpu::embedding_forward(out.data<float>(), ids.data<int32_t>(), table.data<cpu::bf16>(), N,
+                                 C, V);
       });
       return;
     case DeviceKind::cuda:
+      FANOUT_CHECK(table_t == DType::f32, op,
+                   ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
 #ifdef FANOUT_HAS_CUDA
       cuda::embedding_forward_f32(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
                                   table.data<float>(), N, C, V);

@@ -9,11 +9,12 @@
 
 namespace fanout::ops {
 
-// out (N, C) = table (V, C)[ids (N)].
+// out (N, C) = table (V, C)[ids (N)]. out f32; table f32 or bf16 (read exactly).
 void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, const Tensor& table,
                        int64_t N, int64_t C, int64_t V);
 
 // dtable (V, C) += scatter of dout (N, C) by ids (N); repeated ids accumulate.
+// Both f32.
 void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout, const Tensor& ids,
                         int64_t N, int64_t C, int64_t V);
 

@@ -2,6 +2,7 @@
 
 #include "engine/core/check.h"
 #include "ops/check_args.h"
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/rope.h"
 #include "ops/cuda/rope.h"
 
@@ -12,15 +13,21 @@ void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t 
   const char* op = "rope_forward";
   FANOUT_ASSERT(D % 2 == 0, op, ": head dim ", D, " is odd");
   FANOUT_ASSERT(pos_offset >= 0, op, ": pos_offset ", pos_offset, " is negative");
-  check_arg(op, "out", stream, out, DType::f32, B * T * H * D);
-  check_arg(op, "inp", stream, inp, DType::f32, B * T * H * D);
+  // f32 or bf16, the same for both (they may alias).
+  const DType X = check_arg_any(op, "inp", stream, inp, {DType::f32, DType::bf16}, B * T * H * D);
+  check_arg(op, "out", stream, out, X, B * T * H * D);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {
-        cpu::rope_forward(out.data<float>(), inp.data<float>(), B, T, H, D, theta, pos_offset);
+        if (X == DType::f32)
+          cpu::rope_forward(out.data<float>(), inp.data<float>(), B, T, H, D, theta, pos_offset);
+        else
+          cpu::rope_forward(out.data<cpu::bf16>(), inp.data<cpu::bf16>(), B, T, H, D, theta,
+                            pos_offset);
       });
       return;
     case DeviceKind::cuda:
+      FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
 #ifdef FANOUT_HAS_CUDA
       cuda::rope_forward_f32(stream.cuda_handle(), out.data<float>(), inp.data<float>(), B, T, H, D,
                              theta, pos_offset);
@@ -36,15 +43,21 @@ void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64
   const char* op = "rope_backward";
   FANOUT_ASSERT(D % 2 == 0, op, ": head dim ", D, " is odd");
   FANOUT_ASSERT(pos_offset >= 0, op, ": pos_offset ", pos_offset, " is negative");
-  check_arg(op, "dinp", stream, dinp, DType::f32, B * T * H * D);
-  check_arg(op, "dout", stream, dout, DType::f32, B * T * H * D);
+  // f32 or bf16, the same for both (they may alias).
+  const DType X = check_arg_any(op, "dout", stream, dout, {DType::f32, DType::bf16}, B * T * H * D);
+  check_arg(op, "dinp", stream, dinp, X, B * T * H * D);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {
-        cpu::rope_backward(dinp.data<float>(), dout.data<float>(), B, T, H, D, theta, pos_offset);
+        if (X == DType::f32)
+          cpu::rope_backward(dinp.data<float>(), dout.data<float>(), B, T, H, D, theta, pos_offset);
+        else
+          cpu::rope_backward(dinp.data<cpu::bf16>(), dout.data<cpu::bf16>(), B, T, H, D, theta,
+                             pos_offset);
       });
       return;
     case DeviceKind::cuda:
+      FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
 #ifdef FANOUT_HAS_CUDA
       cuda::rope_backward_f32(stream.cuda_handle(), dinp.data<float>(), dout.data<float>(), B, T, H,
                               D, theta, pos_offset);

@@ -11,12 +11,12 @@
 namespace fanout::ops {
 
 // out (B, T, H, D) = rope(inp (B, T, H, D)); overwrites out, which may alias inp.
-// D must be even.
+// D must be even. out and inp both f32 or both bf16 (angles in double either way).
 void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t B, int64_t T,
                   int64_t H, int64_t D, double theta, int64_t pos_offset);
 
 // dinp (B, T, H, D) = d/dinp from dout (B, T, H, D): the rotation by the negative
-// angle. Overwrites dinp, which may alias dout.
+// angle. Overwrites dinp, which may alias dout. Both f32 or both bf16.
 void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64_t B, int64_t T,
                    int64_t H, int64_t D, double theta, int64_t pos_offset);
 

@@ -2,6 +2,7 @@
 
 #include "engine/core/check.h"
 #include "ops/check_args.h"
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/swiglu.h"
 #include "ops/cuda/swiglu.h"
 
@@ -10,15 +11,22 @@ namespace fanout::ops {
 void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up,
                     int64_t n) {
   const char* op = "swiglu_forward";
-  check_arg(op, "out", stream, out, DType::f32, n);
-  check_arg(op, "gate", stream, gate, DType::f32, n);
-  check_arg(op, "up", stream, up, DType::f32, n);
+  // gate, up, out: all f32 or all bf16.
+  const DType X = check_arg_any(op, "gate", stream, gate, {DType::f32, DType::bf16}, n);
+  check_arg(op, "up", stream, up, X, n);
+  check_arg(op, "out", stream, out, X, n);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
-      stream.enqueue(
-          [=] { cpu::swiglu_forward(out.data<float>(), gate.data<float>(), up.data<float>(), n); });
+      stream.enqueue([=] {
+        if (X == DType::f32)
+          cpu::swiglu_forward(out.data<float>(), gate.data<float>(), up.data<float>(), n);
+        else
+          cpu::swiglu_forward(out.data<cpu::bf16>(), gate.data<cpu::bf16>(), up.data<cpu::bf16>(),
+                              n);
+      });
       return;
     case DeviceKind::cuda:
+      FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
 #ifdef FANOUT_HAS_CUDA
       cuda::swiglu_forward_f32(stream.cuda_handle(), out.data<float>(), gate.data<float>(),
                                up.data<float>(), n);
@@ -32,19 +40,29 @@ void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const
 void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& dout,
                      const Tensor& gate, const Tensor& up, int64_t n) {
   const char* op = "swiglu_backward";
-  check_arg(op, "dgate", stream, dgate, DType::f32, n);
-  check_arg(op, "dup", stream, dup, DType::f32, n);
-  check_arg(op, "dout", stream, dout, DType::f32, n);
-  check_arg(op, "gate", stream, gate, DType::f32, n);
-  check_arg(op, "up", stream, up, DType::f32, n);
+  // gate, up, dgate, dup share one dtype X (f32 or bf16); dout is f32 or bf16 on its own.
+  const DType X = check_arg_any(op, "gate", stream, gate, {DType::f32, DType::bf16}, n);
+  check_arg(op, "up", stream, up, X, n);
+  check_arg(op, "dgate", stream, dgate, X, n);
+  check_arg(op, "dup", stream, dup, X, n);
+  const DType G = check_arg_any(op, "dout", stream, dout, {DType::f32, DType::bf16}, n);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {
-        cpu::swiglu_backward(dgate.data<float>(), dup.data<float>(), dout.data<float>(),
-                             gate.data<float>(), up.data<float>(), n);
+        auto run = [&]<typename Xs, typename Gs>() {
+          cpu::swiglu_backward(dgate.data<Xs>(), dup.data<Xs>(), dout.data<Gs>(), gate.data<Xs>(),
+                               up.data<Xs>(), n);
+        };
+        using cpu::bf16;
+        if (X == DType::f32)
+          G == DType::f32 ? run.operator()<float, float>() : run.operator()<float, bf16>();
+        else
+          G == DType::f32 ? run.operator()<bf16, float>() : run.operator()<bf16, bf16>();
       });
       return;
     case DeviceKind::cuda:
+      FANOUT_CHECK(X == DType::f32 && G == DType::f32, op,
+                   ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
 #ifdef FANOUT_HAS_CUDA
       cuda::swiglu_backward_f32(stream.cuda_handle(), dgate.data<float>(), dup.data<float>(),
                                 dout.data<float>(), gate.data<float>(), up.data<float>(), n);

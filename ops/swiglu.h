@@ -8,11 +8,12 @@
 
 namespace fanout::ops {
 
-// out (n) = silu(gate (n)) * up (n).
+// out (n) = silu(gate (n)) * up (n); all three f32 or all bf16 (fp32 math).
 void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up,
                     int64_t n);
 
-// dgate (n), dup (n) = gradients from dout (n); both are overwritten.
+// dgate (n), dup (n) = gradients from dout (n); both are overwritten. gate, up,
+// dgate, dup share one dtype (f32 or bf16); dout is f32 or bf16.
 void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& dout,
                      const Tensor& gate, const Tensor& up, int64_t n);
 

@@ -1,6 +1,7 @@
 #pragma once
 // CPU fp32 <-> bf16 casts (see ops/cast.h): the scalar conversions of
-// engine/core/dtype.h applied element-wise. bf16 values are raw uint16_t bits.
+// engine/core/dtype.h applied element-wise (bit for bit; vectorised for AVX-512 and
+// AVX2). bf16 values are raw uint16_t bits.
 
 #include <cstdint>
 

@@ -1,5 +1,6 @@
 #include "ops/cpu/cross_entropy.h"
 
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/vec_exp.h"
 
@@ -55,13 +56,23 @@ void row_max_sum(const double* x, int64_t V, double* max_out, double* sum_out) {
   *sum_out = s;
 }
 
-// dx[v] = exp(x[v] - m) * scale, then the target's -1/normalizer.
-FANOUT_VECTOR_CLONES void softmax_grad_row(float* dx, const float* x, int64_t V, double m,
-                                           double scale, int32_t t, double inv_norm) {
+// dx[v] = exp(x[v] - m) * scale, then the target's -1/normalizer. One body for a
+// float and a bf16 dx: the bf16 row is the float row rounded once at the store.
+template <typename D>
+inline void softmax_grad_row_body(D* dx, const float* x, int64_t V, double m, double scale,
+                                  int32_t t, double inv_norm) {
   const float mf = static_cast<float>(m), sf = static_cast<float>(scale);
   const float xt = x[t];  // read before the row is overwritten (dx may alias x)
-  for (int64_t v = 0; v < V; ++v) dx[v] = exp_vec(x[v] - mf) * sf;
-  dx[t] = static_cast<float>(std::exp(static_cast<double>(xt) - m) * scale - inv_norm);
+  for (int64_t v = 0; v < V; ++v) store(dx[v], exp_vec(x[v] - mf) * sf);
+  store(dx[t], static_cast<float>(std::exp(static_cast<double>(xt) - m) * scale - inv_norm));
+}
+FANOUT_VECTOR_CLONES void softmax_grad_row(float* dx, const float* x, int64_t V, double m,
+                                           double scale, int32_t t, double inv_norm) {
+  softmax_grad_row_body(dx, x, V, m, scale, t, inv_norm);
+}
+FANOUT_BF16_CLONES void softmax_grad_row(bf16* dx, const float* x, int64_t V, double m,
+                                         double scale, int32_t t, double inv_norm) {
+  softmax_grad_row_body(dx, x, V, m, scale, t, inv_norm);
 }
 
 void softmax_grad_row(double* dx, const double* x, int64_t V, double m, double scale, int32_t t,
@@ -101,8 +112,8 @@ void cross_entropy_forward(T* stats, const T* logits, const int32_t* targets, in
   stats[1] = static_cast<T>(count);
 }
 
-template <typename T>
-void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets, int64_t N,
+template <typename T, typename D>
+void cross_entropy_backward(D* dlogits, const T* logits, const int32_t* targets, int64_t N,
                             int64_t V, int32_t ignore_index, T normalizer) {
   check_targets("cross_entropy_backward", targets, N, V, ignore_index);
   // d(lse - x_t)/dx_v = softmax_v - [v == t]. dlogits may alias logits: each row's
@@ -110,10 +121,10 @@ void cross_entropy_backward(T* dlogits, const T* logits, const int32_t* targets,
   // before it is overwritten.
   parallel_for_index(int64_t{0}, N, [&](int64_t n) {
     const T* x = logits + n * V;  // (V)
-    T* dx = dlogits + n * V;      // (V)
+    D* dx = dlogits + n * V;      // (V)
     int32_t t = targets[n];
     if (t == ignore_index) {
-      std::fill(dx, dx + V, T(0));
+      std::fill(dx, dx + V, D{});  // +0 in every storage type
       return;
     }
     double m, s;
@@ -130,6 +141,8 @@ template void cross_entropy_forward<double>(double*, const double*, const int32_
                                             int64_t, int32_t);
 template void cross_entropy_backward<float>(float*, const float*, const int32_t*, int64_t, int64_t,
                                             int32_t, float);
+template void cross_entropy_backward<float, bf16>(bf16*, const float*, const int32_t*, int64_t,
+                                                  int64_t, int32_t, float);
 template void cross_entropy_backward<double>(double*, const double*, const int32_t*, int64_t,
                                              int64_t, int32_t, double);
 

@@ -1,8 +1,10 @@
 #include "ops/cpu/embedding.h"
 
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/parallel.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -29,13 +31,18 @@ constexpr int64_t kChannelGrain = 64;
 
 // ---------------------------------------------------------------------------
 
-template <typename T>
-void embedding_forward(T* out, const int32_t* ids, const T* table, int64_t N, int64_t C,
+template <typename T, typename Table>
+void embedding_forward(T* out, const int32_t* ids, const Table* table, int64_t N, int64_t C,
                        int64_t V) {
   check_ids(ids, N, V);
   parallel_for_index(int64_t{0}, N, [&](int64_t n) {
-    const T* row = table + static_cast<int64_t>(ids[n]) * C;
-    std::copy(row, row + C, out + n * C);
+    const Table* row = table + static_cast<int64_t>(ids[n]) * C;
+    T* y = out + n * C;
+    if constexpr (std::is_same_v<T, Table>) {
+      std::copy(row, row + C, y);
+    } else {
+      for (int64_t c = 0; c < C; ++c) y[c] = load(row[c]);  // bf16 -> float is exact
+    }
   });
 }
 
@@ -58,6 +65,8 @@ void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t N,
 
 template void embedding_forward<float>(float*, const int32_t*, const float*, int64_t, int64_t,
                                        int64_t);
+template void embedding_forward<float, bf16>(float*, const int32_t*, const bf16*, int64_t, int64_t,
+                                             int64_t);
 template void embedding_forward<double>(double*, const int32_t*, const double*, int64_t, int64_t,
                                         int64_t);
 template void embedding_backward<float>(float*, const float*, const int32_t*, int64_t, int64_t,

@@ -1,7 +1,8 @@
 #pragma once
-// CPU reference RoPE (see ops/rope.h), templated on the scalar so the tests can run
-// it in double against finite differences. Instantiated for float, double.
-// Angles, cos and sin are computed in double whatever the scalar.
+// CPU reference RoPE (see ops/rope.h), templated on the storage type: float, bf16
+// (ops/cpu/bf16.h), or double for the finite-difference tests. Angles are computed
+// in double whatever the storage. float and double rows rotate in double; bf16 rows
+// rotate in float (cos and sin rounded to float) and round once at the store.
 
 #include <cstdint>
 

@@ -1,5 +1,6 @@
 #include "ops/cpu/swiglu.h"
 
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/vec_exp.h"
 
@@ -27,46 +28,78 @@ T sigmoid_stable(T x) {
 }
 
 namespace {
-// out[i] = silu(gate[i]) * up[i] over [b, e). Float takes the vectorisable sigmoid
-// (and the AVX clones); double stays with libm for the tests.
+// out[i] = silu(gate[i]) * up[i] over [b, e), in float for float and bf16 storage,
+// with the vectorisable sigmoid (and the AVX clones); double stays with libm for
+// the tests. One body for every storage type: bf16 results are the float
+// expression rounded once.
+template <typename X>
+inline void silu_mul_body(X* out, const X* gate, const X* up, int64_t b, int64_t e) {
+  for (int64_t i = b; i < e; ++i) {
+    float g = load(gate[i]);
+    store(out[i], g * sigmoid_vec(g) * load(up[i]));
+  }
+}
 FANOUT_VECTOR_CLONES void silu_mul(float* out, const float* gate, const float* up, int64_t b,
                                    int64_t e) {
-  for (int64_t i = b; i < e; ++i) out[i] = gate[i] * sigmoid_vec(gate[i]) * up[i];
+  silu_mul_body(out, gate, up, b, e);
+}
+FANOUT_BF16_CLONES void silu_mul(bf16* out, const bf16* gate, const bf16* up, int64_t b,
+                                 int64_t e) {
+  silu_mul_body(out, gate, up, b, e);
 }
 void silu_mul(double* out, const double* gate, const double* up, int64_t b, int64_t e) {
   for (int64_t i = b; i < e; ++i) out[i] = gate[i] * sigmoid_stable(gate[i]) * up[i];
 }
 
 // silu'(g) = s + g s (1 - s) = s (1 + g (1 - s)) with s = sigmoid(g).
-template <typename T, typename Sigmoid>
-inline void silu_mul_grad_body(T* dgate, T* dup, const T* dout, const T* gate, const T* up,
+template <typename C, typename X, typename G, typename Sigmoid>
+inline void silu_mul_grad_body(X* dgate, X* dup, const G* dout, const X* gate, const X* up,
                                int64_t b, int64_t e, Sigmoid sigmoid) {
   for (int64_t i = b; i < e; ++i) {
-    T g = gate[i], u = up[i], dy = dout[i];
-    T s = sigmoid(g);
-    dgate[i] = dy * u * s * (T{1} + g * (T{1} - s));
-    dup[i] = dy * g * s;
+    C g = load(gate[i]), u = load(up[i]), dy = load(dout[i]);
+    C s = sigmoid(g);
+    store(dgate[i], dy * u * s * (C{1} + g * (C{1} - s)));
+    store(dup[i], dy * g * s);
   }
+}
+template <typename X, typename G>
+inline void silu_mul_grad_float(X* dgate, X* dup, const G* dout, const X* gate, const X* up,
+                                int64_t b, int64_t e) {
+  silu_mul_grad_body<float>(dgate, dup, dout, gate, up, b, e,
+                            [](float g) { return sigmoid_vec(g); });
 }
 FANOUT_VECTOR_CLONES void silu_mul_grad(float* dgate, float* dup, const float* dout,
                                         const float* gate, const float* up, int64_t b, int64_t e) {
-  silu_mul_grad_body(dgate, dup, dout, gate, up, b, e, [](float g) { return sigmoid_vec(g); });
+  silu_mul_grad_float(dgate, dup, dout, gate, up, b, e);
+}
+FANOUT_BF16_CLONES void silu_mul_grad(float* dgate, float* dup, const bf16* dout, const float* gate,
+                                      const float* up, int64_t b, int64_t e) {
+  silu_mul_grad_float(dgate, dup, dout, gate, up, b, e);
+}
+FANOUT_BF16_CLONES void silu_mul_grad(bf16* dgate, bf16* dup, const float* dout, const bf16* gate,
+                                      const bf16* up, int64_t b, int64_t e) {
+  silu_mul_grad_float(dgate, dup, dout, gate, up, b, e);
+}
+FANOUT_BF16_CLONES void silu_mul_grad(bf16* dgate, bf16* dup, const bf16* dout, const bf16* gate,
+                                      const bf16* up, int64_t b, int64_t e) {
+  silu_mul_grad_float(dgate, dup, dout, gate, up, b, e);
 }
 void silu_mul_grad(double* dgate, double* dup, const double* dout, const double* gate,
                    const double* up, int64_t b, int64_t e) {
-  silu_mul_grad_body(dgate, dup, dout, gate, up, b, e, [](double g) { return sigmoid_stable(g); });
+  silu_mul_grad_body<double>(dgate, dup, dout, gate, up, b, e,
+                             [](double g) { return sigmoid_stable(g); });
 }
 }  // namespace
 
-template <typename T>
-void swiglu_forward(T* out, const T* gate, const T* up, int64_t n) {
+template <typename X>
+void swiglu_forward(X* out, const X* gate, const X* up, int64_t n) {
   parallel_for_blocked(
       tbb::blocked_range<int64_t>(0, n, kGrain),
       [&](const tbb::blocked_range<int64_t>& r) { silu_mul(out, gate, up, r.begin(), r.end()); });
 }
 
-template <typename T>
-void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n) {
+template <typename X, typename G>
+void swiglu_backward(X* dgate, X* dup, const G* dout, const X* gate, const X* up, int64_t n) {
   parallel_for_blocked(tbb::blocked_range<int64_t>(0, n, kGrain),
                        [&](const tbb::blocked_range<int64_t>& r) {
                          silu_mul_grad(dgate, dup, dout, gate, up, r.begin(), r.end());
@@ -76,10 +109,17 @@ void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up
 template float sigmoid_stable<float>(float);
 template double sigmoid_stable<double>(double);
 template void swiglu_forward<float>(float*, const float*, const float*, int64_t);
+template void swiglu_forward<bf16>(bf16*, const bf16*, const bf16*, int64_t);
 template void swiglu_forward<double>(double*, const double*, const double*, int64_t);
-template void swiglu_backward<float>(float*, float*, const float*, const float*, const float*,
-                                     int64_t);
-template void swiglu_backward<double>(double*, double*, const double*, const double*, const double*,
-                                      int64_t);
+template void swiglu_backward<float, float>(float*, float*, const float*, const float*,
+                                            const float*, int64_t);
+template void swiglu_backward<float, bf16>(float*, float*, const bf16*, const float*, const float*,
+                                           int64_t);
+template void swiglu_backward<bf16, float>(bf16*, bf16*, const float*, const bf16*, const bf16*,
+                                           int64_t);
+template void swiglu_backward<bf16, bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*,
+                                          int64_t);
+template void swiglu_backward<double, double>(double*, double*, const double*, const double*,
+                                              const double*, int64_t);
 
 }  // namespace fanout::ops::cpu

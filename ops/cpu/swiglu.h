@@ -1,6 +1,9 @@
 #pragma once
-// CPU reference SwiGLU (see ops/swiglu.h), templated on the scalar so the tests
-// can run it in double against finite differences. Instantiated for float, double.
+// CPU reference SwiGLU (see ops/swiglu.h), templated on the storage types: X for
+// gate, up, out and the input gradients, G for dout; float, bf16 (ops/cpu/bf16.h),
+// or double for the finite-difference tests. float and bf16 compute in float and
+// round once at the store. Instantiated for (X, G) = (float, float), (float, bf16),
+// (bf16, float), (bf16, bf16), (double, double) (forward: X = float, bf16, double).
 // Gradients may alias their inputs (dgate == gate, dup == up): each element is
 // read before it is written.
 
@@ -12,10 +15,10 @@ namespace fanout::ops::cpu {
 template <typename T>
 T sigmoid_stable(T x);
 
-template <typename T>
-void swiglu_forward(T* out, const T* gate, const T* up, int64_t n);
+template <typename X>
+void swiglu_forward(X* out, const X* gate, const X* up, int64_t n);
 
-template <typename T>
-void swiglu_backward(T* dgate, T* dup, const T* dout, const T* gate, const T* up, int64_t n);
+template <typename X, typename G = X>
+void swiglu_backward(X* dgate, X* dup, const G* dout, const X* gate, const X* up, int64_t n);
 
 }  // namespace fanout::ops::cpu

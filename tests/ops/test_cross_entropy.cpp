@@ -1,6 +1,7 @@
 // Cross-entropy: forward against the direct double formula, backward against
 // central finite differences of (loss sum / normalizer), ignored rows equal removed
 // rows, in-place backward, the all-ignored batch, bad targets, and torch values.
+// A bf16 dlogits (the bf16 contract) is the f32 dlogits rounded once.
 
 #include <doctest/doctest.h>
 
@@ -11,6 +12,7 @@
 #include "engine/core/check.h"
 #include "ops/cpu/cross_entropy.h"
 #include "ops/cross_entropy.h"
+#include "tests/ops/bf16_test_util.h"
 #include "tests/ops/op_test_util.h"
 
 using namespace fanout;
@@ -39,6 +41,11 @@ std::vector<double> forward_double(const std::vector<double>& x, const std::vect
   std::vector<double> stats(2);
   ops::cpu::cross_entropy_forward<double>(stats.data(), x.data(), t.data(), N, V, kIgnore);
   return stats;
+}
+
+// x as the f32 tensor holds it.
+std::vector<double> x_as_f32(const std::vector<double>& x) {
+  return cast_vector<double>(cast_vector<float>(x));
 }
 
 Tensor i32_tensor(Stream& s, const std::vector<int32_t>& values) {
@@ -257,4 +264,41 @@ TEST_CASE("cross-entropy f32 dispatch on a CPU device agrees with double") {
     CHECK_MESSAGE(all_close(f32_values(s, tstats), stats, 1e-5, 1e-6, &why), why);
     CHECK_MESSAGE(all_close(f32_values(s, tdx), dx, 1e-5, 1e-7, &why), why);
   }
+}
+
+TEST_CASE("cross_entropy_backward to bf16 is the f32 dlogits rounded to bf16, bit for bit") {
+  // The same float row, rounded once at the store: the tolerance is zero against
+  // float_to_bf16 of the f32 result, ignored rows (+0) included.
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (auto [N, V] : {Sizes{1, 1}, Sizes{5, 33}, Sizes{1024, 259}}) {
+    CAPTURE(N);
+    CAPTURE(V);
+    auto x = random_vector(N * V, 51, -8, 8);
+    auto t = random_targets(N, V, 52);
+    Tensor tx = f32_tensor(s, x, {N, V}), tt = i32_tensor(s, t);
+    Tensor d32 = Tensor::empty({N, V}, DType::f32, cpu_device(0));
+    Tensor d16 = Tensor::empty({N, V}, DType::bf16, cpu_device(0));
+    ops::cross_entropy_backward(s, d32, tx, tt, N, V, kIgnore, 700.0f);
+    ops::cross_entropy_backward(s, d16, tx, tt, N, V, kIgnore, 700.0f);
+    auto ref = f32_values(s, d32);
+    if (V > 1) REQUIRE(max_abs(ref) > 1e-4);
+    std::vector<uint16_t> expected;
+    for (double v : ref) expected.push_back(float_to_bf16(static_cast<float>(v)));
+    CHECK(bf16_bits(s, d16) == expected);
+    CHECK(f32_values(s, tx) == x_as_f32(x));  // logits untouched
+  }
+}
+
+TEST_CASE("cross_entropy refuses dtypes outside the bf16 contract") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t N = 2, V = 3;
+  Tensor tt = i32_tensor(s, {0, 2});
+  Tensor f = Tensor::empty({N, V}, DType::f32, cpu_device(0));
+  Tensor b = Tensor::empty({N, V}, DType::bf16, cpu_device(0));
+  Tensor i = Tensor::empty({N, V}, DType::i32, cpu_device(0));
+  Tensor stats = Tensor::empty({2}, DType::f32, cpu_device(0));
+  CHECK_THROWS_AS(ops::cross_entropy_backward(s, f, b, tt, N, V, kIgnore, 1.0f), InternalError);
+  CHECK_THROWS_AS(ops::cross_entropy_backward(s, b, b, tt, N, V, kIgnore, 1.0f), InternalError);
+  CHECK_THROWS_AS(ops::cross_entropy_backward(s, i, f, tt, N, V, kIgnore, 1.0f), InternalError);
+  CHECK_THROWS_AS(ops::cross_entropy_forward(s, stats, b, tt, N, V, kIgnore), InternalError);
 }

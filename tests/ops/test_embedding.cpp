@@ -1,13 +1,16 @@
 // Embedding: forward against a direct gather in double, backward against central
 // finite differences, repeated ids accumulating, an out-of-range id surfacing as
-// fanout::Error at synchronize(), and the f32 dispatch against double.
+// fanout::Error at synchronize(), and the f32 dispatch against double. A bf16 table
+// (the bf16 contract) reads into the f32 output exactly.
 
 #include <doctest/doctest.h>
 
 #include <random>
 
+#include "engine/core/check.h"
 #include "ops/cpu/embedding.h"
 #include "ops/embedding.h"
+#include "tests/ops/bf16_test_util.h"
 #include "tests/ops/op_test_util.h"
 
 using namespace fanout;
@@ -132,4 +135,42 @@ TEST_CASE("embedding f32 dispatch on a CPU device agrees with double and accumul
   std::string why;
   CHECK_MESSAGE(all_close(f32_values(s, ty), y, 1e-6, 1e-7, &why), why);
   CHECK_MESSAGE(all_close(f32_values(s, tdtable), dtable, 1e-5, 1e-5, &why), why);
+}
+
+TEST_CASE("embedding forward from a bf16 table equals the f32 table of the same values") {
+  // bf16 -> f32 only appends zero bits: no rounding, so the tolerance is zero.
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (auto [N, C, V] : {Sizes{1, 1, 1}, Sizes{7, 33, 3}, Sizes{1024, 128, 259}}) {
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(V);
+    auto table = bf16_rounded(random_vector(V * C, 41, -3, 3));
+    auto ids = random_ids(N, V, 42);
+    Tensor tids = i32_tensor(s, ids);
+    Tensor y32 = Tensor::empty({N, C}, DType::f32, cpu_device(0));
+    Tensor y16 = Tensor::empty({N, C}, DType::f32, cpu_device(0));
+    ops::embedding_forward(s, y32, tids, f32_tensor(s, table, {V, C}), N, C, V);
+    ops::embedding_forward(s, y16, tids, bf16_tensor(s, table, {V, C}), N, C, V);
+    auto ref = f32_values(s, y32);
+    REQUIRE(max_abs(ref) > 0.1);
+    CHECK(f32_values(s, y16) == ref);
+    CHECK(ref == forward_double(ids, table, N, C, V));
+  }
+}
+
+TEST_CASE("embedding refuses dtypes outside the bf16 contract") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t N = 2, C = 3, V = 4;
+  auto cpu = cpu_device(0);
+  Tensor ids = i32_tensor(s, {0, 3});
+  Tensor out32 = Tensor::empty({N, C}, DType::f32, cpu),
+         out16 = Tensor::empty({N, C}, DType::bf16, cpu);
+  Tensor t32 = Tensor::empty({V, C}, DType::f32, cpu),
+         t16 = Tensor::empty({V, C}, DType::bf16, cpu);
+  Tensor ti = Tensor::empty({V, C}, DType::i32, cpu);
+  CHECK_THROWS_AS(ops::embedding_forward(s, out16, ids, t16, N, C, V), InternalError);  // out f32
+  CHECK_THROWS_AS(ops::embedding_forward(s, out32, ids, ti, N, C, V), InternalError);
+  // backward is f32 only: the table's gradient is an fp32 parameter gradient.
+  CHECK_THROWS_AS(ops::embedding_backward(s, t16, out32, ids, N, C, V), InternalError);
+  CHECK_THROWS_AS(ops::embedding_backward(s, t32, out16, ids, N, C, V), InternalError);
 }

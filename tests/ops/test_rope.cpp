@@ -1,13 +1,16 @@
 // RoPE: forward against the direct double formula and HF's rotate_half form,
 // position offsets against slicing a longer sequence, backward against central
 // finite differences (all in double), and the f32 dispatch (in place) against double.
+// bf16 rows (the bf16 contract) against the fp32 twin on the same values.
 
 #include <doctest/doctest.h>
 
 #include <cmath>
 
+#include "engine/core/check.h"
 #include "ops/cpu/rope.h"
 #include "ops/rope.h"
+#include "tests/ops/bf16_test_util.h"
 #include "tests/ops/op_test_util.h"
 
 using namespace fanout;
@@ -145,4 +148,55 @@ TEST_CASE("rope f32 dispatch on a CPU device works in place and agrees with doub
   CHECK_MESSAGE(all_close(f32_values(s, tx), y, 1e-5, 1e-6, &why), why);
   CHECK_MESSAGE(all_close(f32_values(s, tdx), dx, 1e-5, 1e-6, &why), why);
   CHECK_MESSAGE(all_close(f32_values(s, tdy), dx, 1e-5, 1e-6, &why), why);
+}
+
+TEST_CASE("rope bf16 forward and backward equal the f32 twin up to one rounding, in place too") {
+  // The f32 rows rotate in double, the bf16 rows in float (cos and sin rounded to
+  // float) and round once at the store: per element within kBf16Rtol of the f32 value,
+  // plus 2^-20 of the inputs' scale for the float math where x1 c - x2 s cancels.
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (Sizes sz : {Sizes{1, 1, 1, 2}, Sizes{2, 33, 2, 64}, Sizes{4, 256, 4, 32}}) {
+    for (int64_t pos_offset : {0, 1000}) {
+      CAPTURE(sz.T);
+      CAPTURE(sz.D);
+      CAPTURE(pos_offset);
+      const int64_t n = sz.B * sz.T * sz.H * sz.D;
+      const Shape shape = {sz.B, sz.T, sz.H, sz.D};
+      auto x = bf16_rounded(random_vector(n, 21, -2, 2));
+      const double atol = std::ldexp(max_abs(x), -20);
+      for (bool backward : {false, true}) {
+        CAPTURE(backward);
+        auto run = [&](const Tensor& out, const Tensor& inp) {
+          if (backward)
+            ops::rope_backward(s, out, inp, sz.B, sz.T, sz.H, sz.D, kTheta, pos_offset);
+          else
+            ops::rope_forward(s, out, inp, sz.B, sz.T, sz.H, sz.D, kTheta, pos_offset);
+        };
+        Tensor y32 = Tensor::empty(shape, DType::f32, cpu_device(0));
+        run(y32, f32_tensor(s, x, shape));
+        auto ref = f32_values(s, y32);
+        REQUIRE(max_abs(ref) > 0.1);
+        Tensor x16 = bf16_tensor(s, x, shape);
+        Tensor y16 = Tensor::empty(shape, DType::bf16, cpu_device(0));
+        run(y16, x16);
+        std::string why;
+        CHECK_MESSAGE(all_close(bf16_values(s, y16), ref, kBf16Rtol, atol, &why), why);
+        run(x16, x16);  // in place gives the same bits
+        CHECK(bf16_bits(s, x16) == bf16_bits(s, y16));
+      }
+    }
+  }
+}
+
+TEST_CASE("rope refuses mixed or non-float dtypes") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const Shape shape = {1, 2, 1, 4};
+  Tensor f = Tensor::empty(shape, DType::f32, cpu_device(0));
+  Tensor b = Tensor::empty(shape, DType::bf16, cpu_device(0));
+  Tensor i = Tensor::empty(shape, DType::i32, cpu_device(0));
+  CHECK_THROWS_AS(ops::rope_forward(s, f, b, 1, 2, 1, 4, kTheta, 0), InternalError);
+  CHECK_THROWS_AS(ops::rope_forward(s, b, f, 1, 2, 1, 4, kTheta, 0), InternalError);
+  CHECK_THROWS_AS(ops::rope_forward(s, i, i, 1, 2, 1, 4, kTheta, 0), InternalError);
+  CHECK_THROWS_AS(ops::rope_backward(s, f, b, 1, 2, 1, 4, kTheta, 0), InternalError);
+  CHECK_THROWS_AS(ops::rope_backward(s, b, f, 1, 2, 1, 4, kTheta, 0), InternalError);
 }

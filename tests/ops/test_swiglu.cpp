@@ -1,13 +1,16 @@
 // SwiGLU: forward against silu(gate) * up in double, backward against central
 // finite differences, finite results for large |gate|, and the f32 dispatch
-// against double (one size past the parallel grain).
+// against double (one size past the parallel grain). bf16 storage (the bf16
+// contract) against the fp32 twin on the same values, for every dout dtype.
 
 #include <doctest/doctest.h>
 
 #include <cmath>
 
+#include "engine/core/check.h"
 #include "ops/cpu/swiglu.h"
 #include "ops/swiglu.h"
+#include "tests/ops/bf16_test_util.h"
 #include "tests/ops/op_test_util.h"
 
 using namespace fanout;
@@ -100,4 +103,71 @@ TEST_CASE("swiglu f32 dispatch on a CPU device agrees with double") {
   CHECK_MESSAGE(all_close(f32_values(s, ty), y, 1e-5, 1e-6, &why), why);
   CHECK_MESSAGE(all_close(f32_values(s, tdg), dg, 1e-5, 1e-6, &why), why);
   CHECK_MESSAGE(all_close(f32_values(s, tdu), du, 1e-5, 1e-6, &why), why);
+}
+
+TEST_CASE("swiglu bf16 forward and backward equal the f32 twin up to one rounding") {
+  // Both compute in float with the same sigmoid; a bf16 output is rounded once at the
+  // store, so it is within kBf16Rtol of the f32 output (exact zeros compare equal).
+  // f32 outputs from bf16 inputs (X = f32, dout bf16) see the same floats: equal.
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (int64_t n : {1, 33, 1024 * 384 + 5}) {  // the last: tiny's N * I, past the grain
+    CAPTURE(n);
+    auto g = bf16_rounded(random_vector(n, 31, -6, 6));
+    auto u = bf16_rounded(random_vector(n, 32, -2, 2));
+    auto dy = bf16_rounded(random_vector(n, 33));
+    Tensor g32 = f32_tensor(s, g, {n}), u32 = f32_tensor(s, u, {n});
+    Tensor g16 = bf16_tensor(s, g, {n}), u16 = bf16_tensor(s, u, {n});
+    std::string why;
+
+    Tensor y32 = Tensor::empty({n}, DType::f32, cpu_device(0));
+    Tensor y16 = Tensor::empty({n}, DType::bf16, cpu_device(0));
+    ops::swiglu_forward(s, y32, g32, u32, n);
+    ops::swiglu_forward(s, y16, g16, u16, n);
+    auto ref = f32_values(s, y32);
+    REQUIRE(max_abs(ref) > 0.1);
+    CHECK_MESSAGE(all_close(bf16_values(s, y16), ref, kBf16Rtol, 1e-30, &why), why);
+
+    Tensor dg32 = Tensor::empty({n}, DType::f32, cpu_device(0));
+    Tensor du32 = Tensor::empty({n}, DType::f32, cpu_device(0));
+    ops::swiglu_backward(s, dg32, du32, f32_tensor(s, dy, {n}), g32, u32, n);
+    auto dg_ref = f32_values(s, dg32), du_ref = f32_values(s, du32);
+    if (n > 1) REQUIRE(max_abs(dg_ref) > 0.1);
+    for (DType x_t : {DType::f32, DType::bf16}) {
+      for (DType dout_t : {DType::f32, DType::bf16}) {
+        CAPTURE(dtype_name(x_t));
+        CAPTURE(dtype_name(dout_t));
+        Tensor dg = Tensor::empty({n}, x_t, cpu_device(0));
+        Tensor du = Tensor::empty({n}, x_t, cpu_device(0));
+        ops::swiglu_backward(s, dg, du, float_tensor(s, dout_t, dy, {n}),
+                             x_t == DType::f32 ? g32 : g16, x_t == DType::f32 ? u32 : u16, n);
+        const double rtol = x_t == DType::f32 ? 0.0 : kBf16Rtol;
+        CHECK_MESSAGE(all_close(float_values(s, dg), dg_ref, rtol, 1e-30, &why), why);
+        CHECK_MESSAGE(all_close(float_values(s, du), du_ref, rtol, 1e-30, &why), why);
+        if (x_t == DType::bf16) {  // gradients over their inputs give the same bits
+          Tensor ga = bf16_tensor(s, g, {n}), ua = bf16_tensor(s, u, {n});
+          ops::swiglu_backward(s, ga, ua, float_tensor(s, dout_t, dy, {n}), ga, ua, n);
+          CHECK(bf16_bits(s, ga) == bf16_bits(s, dg));
+          CHECK(bf16_bits(s, ua) == bf16_bits(s, du));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("swiglu refuses dtypes outside the bf16 contract") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t n = 4;
+  Tensor f = Tensor::empty({n}, DType::f32, cpu_device(0));
+  Tensor b = Tensor::empty({n}, DType::bf16, cpu_device(0));
+  Tensor i = Tensor::empty({n}, DType::i32, cpu_device(0));
+  // forward: gate, up, out all of one dtype.
+  CHECK_THROWS_AS(ops::swiglu_forward(s, f, b, b, n), InternalError);
+  CHECK_THROWS_AS(ops::swiglu_forward(s, b, b, f, n), InternalError);
+  CHECK_THROWS_AS(ops::swiglu_forward(s, b, f, f, n), InternalError);
+  CHECK_THROWS_AS(ops::swiglu_forward(s, i, i, i, n), InternalError);
+  // backward: gate, up, dgate, dup of one dtype; dout f32 or bf16.
+  CHECK_THROWS_AS(ops::swiglu_backward(s, f, f, b, b, b, n), InternalError);
+  CHECK_THROWS_AS(ops::swiglu_backward(s, b, b, f, b, f, n), InternalError);
+  CHECK_THROWS_AS(ops::swiglu_backward(s, b, f, b, b, b, n), InternalError);
+  CHECK_THROWS_AS(ops::swiglu_backward(s, b, b, i, b, b, n), InternalError);
 }
