@@ -2,25 +2,54 @@
 
 #include "engine/core/check.h"
 #include "ops/check_args.h"
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/matmul.h"
 #include "ops/cuda/matmul.h"
 
 namespace fanout::ops {
 
+namespace {
+
+// The storage dtype of `t`, which must be f32 or bf16 (the bf16 contract).
+DType float_dtype(const char* op, const char* name, const Tensor& t) {
+  FANOUT_ASSERT(t.defined(), op, ": ", name, " is undefined");
+  FANOUT_ASSERT(t.dtype() == DType::f32 || t.dtype() == DType::bf16, op, ": ", name, " is ",
+                t.str(), ", expected f32 or bf16");
+  return t.dtype();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
 void matmul_forward(Stream& stream, const Tensor& out, const Tensor& inp, const Tensor& weight,
                     int64_t N, int64_t C, int64_t OC) {
   const char* op = "matmul_forward";
-  check_arg(op, "out", stream, out, DType::f32, N * OC);
-  check_arg(op, "inp", stream, inp, DType::f32, N * C);
-  check_arg(op, "weight", stream, weight, DType::f32, OC * C);
+  // inp and weight share one dtype X; out is f32, or bf16 when X is.
+  const DType X = float_dtype(op, "inp", inp);
+  const DType Y = float_dtype(op, "out", out);
+  FANOUT_ASSERT(X == DType::bf16 || Y == DType::f32, op, ": out is ", out.str(),
+                " for f32 inputs, expected f32");
+  check_arg(op, "out", stream, out, Y, N * OC);
+  check_arg(op, "inp", stream, inp, X, N * C);
+  check_arg(op, "weight", stream, weight, X, OC * C);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {
-        cpu::matmul_forward(out.data<float>(), inp.data<float>(), weight.data<float>(), N, C, OC);
+        using cpu::bf16;
+        if (X == DType::f32) {
+          cpu::matmul_forward(out.data<float>(), inp.data<float>(), weight.data<float>(), N, C, OC);
+        } else if (Y == DType::f32) {
+          cpu::matmul_forward(out.data<float>(), inp.data<bf16>(), weight.data<bf16>(), N, C, OC);
+        } else {
+          cpu::matmul_forward(out.data<bf16>(), inp.data<bf16>(), weight.data<bf16>(), N, C, OC);
+        }
       });
       return;
     case DeviceKind::cuda:
 #ifdef FANOUT_HAS_CUDA
+      FANOUT_CHECK(X == DType::f32 && Y == DType::f32, op,
+                   ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
       cuda::matmul_forward_f32(stream.cuda_handle(), out.data<float>(), inp.data<float>(),
                                weight.data<float>(), N, C, OC);
       return;
@@ -33,21 +62,30 @@ void matmul_forward(Stream& stream, const Tensor& out, const Tensor& inp, const 
 void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, int64_t N, int64_t C, int64_t OC) {
   const char* op = "matmul_backward";
+  // dout, inp and weight share one dtype X; the gradients are f32 whatever X is.
+  const DType X = float_dtype(op, "dout", dout);
   if (dinp.defined()) check_arg(op, "dinp", stream, dinp, DType::f32, N * C);
   check_arg(op, "dweight", stream, dweight, DType::f32, OC * C);
-  check_arg(op, "dout", stream, dout, DType::f32, N * OC);
-  check_arg(op, "inp", stream, inp, DType::f32, N * C);
-  check_arg(op, "weight", stream, weight, DType::f32, OC * C);
+  check_arg(op, "dout", stream, dout, X, N * OC);
+  check_arg(op, "inp", stream, inp, X, N * C);
+  check_arg(op, "weight", stream, weight, X, OC * C);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {
+        using cpu::bf16;
         float* dx = dinp.defined() ? dinp.data<float>() : nullptr;
-        cpu::matmul_backward(dx, dweight.data<float>(), dout.data<float>(), inp.data<float>(),
-                             weight.data<float>(), N, C, OC);
+        if (X == DType::f32) {
+          cpu::matmul_backward(dx, dweight.data<float>(), dout.data<float>(), inp.data<float>(),
+                               weight.data<float>(), N, C, OC);
+        } else {
+          cpu::matmul_backward(dx, dweight.data<float>(), dout.data<bf16>(), inp.data<bf16>(),
+                               weight.data<bf16>(), N, C, OC);
+        }
       });
       return;
     case DeviceKind::cuda:
 #ifdef FANOUT_HAS_CUDA
+      FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
       cuda::matmul_backward_f32(stream.cuda_handle(), dinp.defined() ? dinp.data<float>() : nullptr,
                                 dweight.data<float>(), dout.data<float>(), inp.data<float>(),
                                 weight.data<float>(), N, C, OC);

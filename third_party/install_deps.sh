@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ pkg-config
-  libtbb-dev doctest-dev libopenblas-dev nlohmann-json3-dev libcli11-dev libgloo-dev
+  libtbb-dev doctest-dev libopenblas-dev libdnnl-dev nlohmann-json3-dev libcli11-dev libgloo-dev
   python3-torch python3-numpy
 )
 

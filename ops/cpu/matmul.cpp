@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <limits>
 #include <mutex>
+#include <type_traits>
+#include <vector>
 
 #include <cblas.h>
 
 #include "engine/core/check.h"
+#include "ops/cpu/cast.h"
+#include "ops/cpu/matmul_dnnl.h"
 
 namespace fanout::ops::cpu {
 
@@ -25,52 +29,127 @@ blasint blas_dim(int64_t d) {
   return static_cast<blasint>(d);
 }
 
-// C (M, Nc) = alpha op(A) op(B) + beta C, row-major, with ld = row length of each
-// operand as stored. One overload per scalar keeps the kernels below generic.
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t Nc, int64_t K, const float* A,
-          int64_t lda, const float* B, int64_t ldb, float beta, float* Cm, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, blas_dim(M), blas_dim(Nc), blas_dim(K), 1.0f, A,
-              blas_dim(std::max<int64_t>(lda, 1)), B, blas_dim(std::max<int64_t>(ldb, 1)), beta, Cm,
-              blas_dim(std::max<int64_t>(ldc, 1)));
+template <typename T>
+constexpr DType dtype_of() {
+  return std::is_same_v<T, float> ? DType::f32 : DType::bf16;
 }
 
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t M, int64_t Nc, int64_t K, const double* A,
-          int64_t lda, const double* B, int64_t ldb, double beta, double* Cm, int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, blas_dim(M), blas_dim(Nc), blas_dim(K), 1.0, A,
-              blas_dim(std::max<int64_t>(lda, 1)), B, blas_dim(std::max<int64_t>(ldb, 1)), beta, Cm,
-              blas_dim(std::max<int64_t>(ldc, 1)));
+// C (M, N) (+)= A B as GemmDesc says, one overload per storage type.
+void gemm(const GemmDesc& g, const double* A, const double* B, double* C) {
+  blas_single_threaded();
+  cblas_dgemm(CblasRowMajor, g.a_trans ? CblasTrans : CblasNoTrans,
+              g.b_trans ? CblasTrans : CblasNoTrans, blas_dim(g.M), blas_dim(g.N), blas_dim(g.K),
+              1.0, A, blas_dim(g.a_trans ? g.M : g.K), B, blas_dim(g.b_trans ? g.K : g.N),
+              g.accumulate ? 1.0 : 0.0, C, blas_dim(g.N));
+}
+
+void gemm(const GemmDesc& g, const float* A, const float* B, float* C) {
+  gemm_dnnl(g, A, B, C);
+}
+
+// fp32 copies for the widened bf16 path, held by the thread between calls; one
+// past kKeepFloats (the seed preset's lm_head) is freed after its call instead.
+constexpr size_t kKeepFloats = size_t{16} << 20;
+
+class WideBuffer {
+ public:
+  WideBuffer(std::vector<float>& storage, size_t n) : storage_(storage) {
+    if (storage_.size() < n) storage_.resize(n);
+  }
+  ~WideBuffer() {
+    if (storage_.size() > kKeepFloats) std::vector<float>().swap(storage_);
+  }
+  float* data() { return storage_.data(); }
+
+ private:
+  std::vector<float>& storage_;
+};
+
+float* widen(WideBuffer& buf, const bf16* src, int64_t n) {
+  cast_bf16_to_f32(buf.data(), reinterpret_cast<const uint16_t*>(src), n);
+  return buf.data();
+}
+
+// Without bf16 instructions oneDNN 2.6 emulates bf16 GEMMs (about 80 GFLOP/s on
+// AVX-512 against 230 for fp32) or has none (AVX2): widen the inputs (exact) and
+// run the fp32 GEMM. The arithmetic is the same fp32 accumulation either way.
+template <typename Out>
+void gemm_widened(const GemmDesc& g, const bf16* A, const bf16* B, Out* C) {
+  thread_local std::vector<float> a_store, b_store, c_store;
+  WideBuffer a(a_store, g.M * g.K), b(b_store, g.K * g.N);
+  GemmDesc f32 = g;
+  f32.in = f32.out = DType::f32;
+  if constexpr (std::is_same_v<Out, float>) {
+    gemm_dnnl(f32, widen(a, A, g.M * g.K), widen(b, B, g.K * g.N), C);
+  } else {
+    WideBuffer c(c_store, g.M * g.N);
+    gemm_dnnl(f32, widen(a, A, g.M * g.K), widen(b, B, g.K * g.N), c.data());
+    cast_f32_to_bf16(reinterpret_cast<uint16_t*>(C), c.data(), g.M * g.N);
+  }
+}
+
+template <typename Out>
+void gemm(GemmDesc g, const bf16* A, const bf16* B, Out* C) {
+  g.in = DType::bf16;
+  g.out = dtype_of<Out>();
+  if (dnnl_has_bf16_instructions()) {
+    gemm_dnnl(g, A, B, C);
+  } else {
+    gemm_widened(g, A, B, C);
+  }
 }
 
 }  // namespace
 
 // ---------------------------------------------------------------------------
 
-template <typename T>
-void matmul_forward(T* out, const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC) {
-  blas_single_threaded();
+template <typename Out, typename In>
+void matmul_forward(Out* out, const In* inp, const In* weight, int64_t N, int64_t C, int64_t OC) {
   if (N == 0 || OC == 0) return;
+  if (C == 0) {  // an empty sum; oneDNN takes no zero dimensions
+    std::fill(out, out + N * OC, Out{});
+    return;
+  }
   // out (N, OC) = inp (N, C) . weight (OC, C)^T
-  gemm(CblasNoTrans, CblasTrans, N, OC, C, inp, C, weight, C, T{0}, out, OC);
+  gemm(GemmDesc{.M = N, .N = OC, .K = C, .b_trans = true}, inp, weight, out);
 }
 
-template <typename T>
-void matmul_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, int64_t N,
-                     int64_t C, int64_t OC) {
-  blas_single_threaded();
-  if (C == 0) return;
+template <typename Grad, typename In>
+void matmul_backward(Grad* dinp, Grad* dweight, const In* dout, const In* inp, const In* weight,
+                     int64_t N, int64_t C, int64_t OC) {
+  if (N == 0 || C == 0 || OC == 0) return;  // every product is empty or adds 0
   // dinp (N, C) += dout (N, OC) . weight (OC, C)
-  if (dinp != nullptr && N > 0)
-    gemm(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, weight, C, T{1}, dinp, C);
+  if (dinp != nullptr)
+    gemm(GemmDesc{.M = N, .N = C, .K = OC, .accumulate = true}, dout, weight, dinp);
   // dweight (OC, C) += dout (N, OC)^T . inp (N, C)
-  if (OC > 0) gemm(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, T{1}, dweight, C);
+  gemm(GemmDesc{.M = OC, .N = C, .K = N, .a_trans = true, .accumulate = true}, dout, inp, dweight);
 }
 
-template void matmul_forward<float>(float*, const float*, const float*, int64_t, int64_t, int64_t);
-template void matmul_forward<double>(double*, const double*, const double*, int64_t, int64_t,
-                                     int64_t);
-template void matmul_backward<float>(float*, float*, const float*, const float*, const float*,
-                                     int64_t, int64_t, int64_t);
-template void matmul_backward<double>(double*, double*, const double*, const double*, const double*,
-                                      int64_t, int64_t, int64_t);
+std::string matmul_engine(DType in) {
+  const std::string isa = dnnl_cpu_isa_name();
+  if (in == DType::f32) return "oneDNN fp32 (" + isa + ")";
+  FANOUT_ASSERT(in == DType::bf16, "matmul: no CPU GEMM for ", dtype_name(in));
+  return matmul_bf16_native() ? "oneDNN bf16 (" + isa + ")"
+                              : "bf16 widened to fp32, oneDNN fp32 (" + isa + ")";
+}
+
+bool matmul_bf16_native() {
+  return dnnl_has_bf16_instructions();
+}
+
+template void matmul_forward<double, double>(double*, const double*, const double*, int64_t,
+                                             int64_t, int64_t);
+template void matmul_forward<float, float>(float*, const float*, const float*, int64_t, int64_t,
+                                           int64_t);
+template void matmul_forward<float, bf16>(float*, const bf16*, const bf16*, int64_t, int64_t,
+                                          int64_t);
+template void matmul_forward<bf16, bf16>(bf16*, const bf16*, const bf16*, int64_t, int64_t,
+                                         int64_t);
+template void matmul_backward<double, double>(double*, double*, const double*, const double*,
+                                              const double*, int64_t, int64_t, int64_t);
+template void matmul_backward<float, float>(float*, float*, const float*, const float*,
+                                            const float*, int64_t, int64_t, int64_t);
+template void matmul_backward<float, bf16>(float*, float*, const bf16*, const bf16*, const bf16*,
+                                           int64_t, int64_t, int64_t);
 
 }  // namespace fanout::ops::cpu

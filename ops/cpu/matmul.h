@@ -1,18 +1,36 @@
 #pragma once
-// CPU matmul (see ops/matmul.h) through CBLAS: sgemm for float, dgemm for double,
-// so the tests can run the same code path in double against finite differences.
-// OpenBLAS is pinned to one thread on first use.
+// CPU matmul (see ops/matmul.h). float and bf16 go through oneDNN (matmul_dnnl.h,
+// chosen over OpenBLAS by measurement: about 2x its GFLOP/s in fp32 on AVX-512);
+// double through OpenBLAS dgemm, so the tests run the same arithmetic in double
+// against finite differences and use it as the oracle for the fast paths.
 
 #include <cstdint>
+#include <string>
+
+#include "engine/core/dtype.h"
+#include "ops/cpu/bf16.h"
 
 namespace fanout::ops::cpu {
 
-template <typename T>
-void matmul_forward(T* out, const T* inp, const T* weight, int64_t N, int64_t C, int64_t OC);
+// out (N, OC) = inp (N, C) weight (OC, C)^T. (Out, In): (double, double),
+// (float, float), (float, bf16), (bf16, bf16); bf16 inputs accumulate in fp32
+// and round once at the store.
+template <typename Out, typename In>
+void matmul_forward(Out* out, const In* inp, const In* weight, int64_t N, int64_t C, int64_t OC);
 
-// dinp may be nullptr (skipped); both gradients accumulate.
-template <typename T>
-void matmul_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, int64_t N,
-                     int64_t C, int64_t OC);
+// dinp (N, C) += dout weight, dweight (OC, C) += dout^T inp; dinp may be nullptr
+// (skipped). (Grad, In): (double, double), (float, float), (float, bf16).
+template <typename Grad, typename In>
+void matmul_backward(Grad* dinp, Grad* dweight, const In* dout, const In* inp, const In* weight,
+                     int64_t N, int64_t C, int64_t OC);
+
+// What runs the GEMMs of inputs of dtype `in` on this CPU, for `fanout bench ops`:
+// e.g. "oneDNN bf16 (avx512_core_bf16)" or, on a CPU without bf16 instructions,
+// "bf16 widened to fp32, oneDNN fp32 (avx2)".
+std::string matmul_engine(DType in);
+
+// Whether bf16 GEMMs run natively in oneDNN (true) or on fp32 copies of their
+// inputs (false: no AVX512-BF16/AMX, or capped by ONEDNN_MAX_CPU_ISA).
+bool matmul_bf16_native();
 
 }  // namespace fanout::ops::cpu

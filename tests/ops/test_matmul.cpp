@@ -1,8 +1,12 @@
 // Matmul y = x W^T: forward against a triple loop in double, backward against
 // central finite differences, gradients accumulating into prior values, an
-// undefined dinp skipped, and the f32 (sgemm) dispatch against double (dgemm).
+// undefined dinp skipped, the f32 (oneDNN) dispatch against double (dgemm), and
+// GEMMs from two threads at once bit-identical to one thread. bf16: test_matmul_bf16.cpp.
 
 #include <doctest/doctest.h>
+
+#include <cstring>
+#include <thread>
 
 #include "ops/cpu/matmul.h"
 #include "ops/matmul.h"
@@ -118,4 +122,99 @@ TEST_CASE("matmul f32 dispatch on a CPU device agrees with double and accumulate
   CHECK_MESSAGE(all_close(f32_values(s, ty), y, 1e-5, 1e-5, &why), why);
   CHECK_MESSAGE(all_close(f32_values(s, tdx), dx, 1e-5, 1e-5, &why), why);
   CHECK_MESSAGE(all_close(f32_values(s, tdw), dw, 1e-5, 1e-5, &why), why);
+}
+
+TEST_CASE("matmul f32 dispatch at block-straddling sizes agrees with double") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (auto [N, C, OC] : {Sizes{37, 130, 70}, Sizes{96, 128, 259}, Sizes{17, 384, 33}}) {
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(OC);
+    auto x = random_vector(N * C, 15), w = random_vector(OC * C, 16);
+    auto dy = random_vector(N * OC, 17);
+    std::vector<double> dx(N * C, 0.25), dw(OC * C, -0.5);
+    auto y = forward_double(x, w, N, C, OC);
+    ops::cpu::matmul_backward<double>(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, C,
+                                      OC);
+    Tensor tx = f32_tensor(s, x, {N, C}), tw = f32_tensor(s, w, {OC, C});
+    Tensor ty = f32_tensor(s, std::vector<double>(N * OC, -7.0), {N, OC});
+    Tensor tdx = f32_tensor(s, std::vector<double>(N * C, 0.25), {N, C});
+    Tensor tdw = f32_tensor(s, std::vector<double>(OC * C, -0.5), {OC, C});
+    ops::matmul_forward(s, ty, tx, tw, N, C, OC);
+    ops::matmul_backward(s, tdx, tdw, f32_tensor(s, dy, {N, OC}), tx, tw, N, C, OC);
+    // fp32 inputs rounded from double and fp32 sums of up to 384 terms of size ~1.
+    std::string why;
+    CHECK_MESSAGE(all_close(f32_values(s, ty), y, 1e-5, 1e-5, &why), why);
+    CHECK_MESSAGE(all_close(f32_values(s, tdx), dx, 1e-5, 1e-5, &why), why);
+    CHECK_MESSAGE(all_close(f32_values(s, tdw), dw, 1e-5, 1e-5, &why), why);
+  }
+}
+
+namespace {
+// One GEMM job of the thread test: forward and backward of one shape and dtype.
+struct GemmJob {
+  int64_t N, C, OC;
+  bool bf16;
+  std::vector<float> x, w, dy, y, dx, dw;
+  std::vector<ops::cpu::bf16> xb, wb, dyb;
+
+  GemmJob(int64_t n, int64_t c, int64_t oc, bool use_bf16, uint64_t seed)
+      : N(n), C(c), OC(oc), bf16(use_bf16) {
+    x = cast_vector<float>(random_vector(N * C, seed));
+    w = cast_vector<float>(random_vector(OC * C, seed + 1));
+    dy = cast_vector<float>(random_vector(N * OC, seed + 2));
+    auto rounded = [](const std::vector<float>& v) {
+      std::vector<ops::cpu::bf16> b;
+      for (float f : v) b.push_back({float_to_bf16(f)});
+      return b;
+    };
+    xb = rounded(x), wb = rounded(w), dyb = rounded(dy);
+  }
+  void run() {
+    y.assign(N * OC, 0.0f), dx.assign(N * C, 0.0f), dw.assign(OC * C, 0.0f);
+    if (bf16) {
+      ops::cpu::matmul_forward(y.data(), xb.data(), wb.data(), N, C, OC);
+      ops::cpu::matmul_backward(dx.data(), dw.data(), dyb.data(), xb.data(), wb.data(), N, C, OC);
+    } else {
+      ops::cpu::matmul_forward(y.data(), x.data(), w.data(), N, C, OC);
+      ops::cpu::matmul_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, C, OC);
+    }
+  }
+  std::vector<float> bits() const {
+    std::vector<float> all = y;
+    all.insert(all.end(), dx.begin(), dx.end());
+    all.insert(all.end(), dw.begin(), dw.end());
+    return all;
+  }
+};
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+}  // namespace
+
+// The GEMM primitives are shared by every device thread (Note [oneDNN GEMMs in
+// device threads]): concurrent calls, of the same shape and of different ones,
+// must not disturb each other's scratchpads or results.
+TEST_CASE("matmul GEMMs from two threads at once give the bits of one thread") {
+  std::vector<GemmJob> jobs[2];
+  jobs[0].emplace_back(64, 128, 259, true, 20), jobs[0].emplace_back(37, 130, 70, false, 30);
+  jobs[1].emplace_back(64, 128, 259, true, 40), jobs[1].emplace_back(128, 384, 128, true, 50);
+  jobs[1].emplace_back(37, 130, 70, false, 60);
+  std::vector<std::vector<float>> expected[2];
+  for (int t = 0; t < 2; ++t) {
+    for (GemmJob& j : jobs[t]) j.run(), expected[t].push_back(j.bits());
+  }
+  int mismatches[2] = {0, 0};  // workers record, the test thread asserts
+  auto worker = [&](int t) {
+    for (int rep = 0; rep < 20; ++rep) {
+      for (size_t i = 0; i < jobs[t].size(); ++i) {
+        jobs[t][i].run();
+        if (!same_bits(jobs[t][i].bits(), expected[t][i])) ++mismatches[t];
+      }
+    }
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join(), b.join();
+  CHECK(mismatches[0] == 0);
+  CHECK(mismatches[1] == 0);
 }
