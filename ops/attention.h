@@ -2,7 +2,10 @@
 // Causal grouped-query attention as HF Llama computes it: scale D^-0.5, query head
 // h reads kv head h / (H / KV) (adjacent query heads share one kv head, as HF's
 // repeat_kv), softmax over keys j <= Tk - Tq + i. Forward saves the log-sum-exp of
-// each query's scaled scores so backward recomputes the probabilities.
+// each query's scaled scores so backward recomputes the probabilities. Storage is f32
+// or bf16 (the bf16 contract: q, k, v, out and dq, dk, dv share one dtype, dout may
+// be either, lse is f32; math is fp32). CPU devices run both; CUDA devices refuse
+// bf16 until the CUDA issue [3/6].
 
 #include <cstdint>
 

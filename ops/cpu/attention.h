@@ -1,22 +1,35 @@
 #pragma once
-// CPU causal GQA attention (see ops/attention.h), templated on the scalar so the
-// tests can run it in double against finite differences. Instantiated for float,
-// double. Per (batch, head) panels of CBLAS GEMMs in the scalar type on strided head
-// views (Note [Attention as panels of GEMMs]); softmax row sums accumulate in double.
+// CPU causal GQA attention (see ops/attention.h). The kernel the ops run is the
+// tiled one (Note [Tiled causal attention]): online softmax over key blocks, the
+// masked blocks skipped, fp32 math on float or bf16 storage. The GEMM-panel
+// reference in float or double (ops/cpu/attention_gemm.cpp) is the tests' oracle
+// and runs the double-precision finite-difference checks.
 
 #include <cstdint>
 
 namespace fanout::ops::cpu {
 
 // out (B, Tq, H, D), lse (B, H, Tq) from q (B, Tq, H, D), k, v (B, Tk, KV, D).
-template <typename Real>
-void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B,
-                       int64_t Tq, int64_t Tk, int64_t H, int64_t KV, int64_t D);
+// Storage X is float or bf16; lse is always fp32.
+template <typename X>
+void attention_forward_tiled(X* out, float* lse, const X* q, const X* k, const X* v, int64_t B,
+                             int64_t Tq, int64_t Tk, int64_t H, int64_t KV, int64_t D);
 
-// dq (B, T, H, D), dk, dv (B, T, KV, D), all overwritten.
+// dq (B, T, H, D), dk, dv (B, T, KV, D), all overwritten, from dout (B, T, H, D) of
+// storage G (float or bf16) and q, k, v, out of storage X.
+template <typename X, typename G>
+void attention_backward_tiled(X* dq, X* dk, X* dv, const G* dout, const X* q, const X* k,
+                              const X* v, const X* out, const float* lse, int64_t B, int64_t T,
+                              int64_t H, int64_t KV, int64_t D);
+
+// The reference: per (batch, head) panels of CBLAS GEMMs in Real (float, double).
 template <typename Real>
-void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q,
-                        const Real* k, const Real* v, const Real* out, const Real* lse, int64_t B,
-                        int64_t T, int64_t H, int64_t KV, int64_t D);
+void attention_forward_gemm(Real* out, Real* lse, const Real* q, const Real* k, const Real* v,
+                            int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t KV, int64_t D);
+
+template <typename Real>
+void attention_backward_gemm(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q,
+                             const Real* k, const Real* v, const Real* out, const Real* lse,
+                             int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
 
 }  // namespace fanout::ops::cpu

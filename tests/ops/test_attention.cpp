@@ -1,7 +1,9 @@
-// Causal GQA attention: forward (out and lse) against a direct double
-// implementation with an explicit scores matrix and repeated kv heads, the KV-cache
-// property (Tq < Tk equals the last rows of the full computation), backward
-// against central finite differences (all in double), and the f32 dispatch.
+// Causal GQA attention: the GEMM reference's forward (out and lse) against a direct
+// double implementation with an explicit scores matrix and repeated kv heads, the
+// KV-cache property (Tq < Tk equals the last rows of the full computation), backward
+// against central finite differences (all in double), and the f32 dispatch (the
+// tiled kernel) against the reference. test_attention_tiled.cpp and
+// test_attention_bf16.cpp test the tiled kernel itself.
 
 #include <doctest/doctest.h>
 
@@ -30,8 +32,8 @@ Forward forward_double(const std::vector<double>& q, const std::vector<double>& 
                        const std::vector<double>& v, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                        int64_t KV, int64_t D) {
   Forward f{std::vector<double>(B * Tq * H * D), std::vector<double>(B * H * Tq)};
-  ops::cpu::attention_forward<double>(f.out.data(), f.lse.data(), q.data(), k.data(), v.data(), B,
-                                      Tq, Tk, H, KV, D);
+  ops::cpu::attention_forward_gemm<double>(f.out.data(), f.lse.data(), q.data(), k.data(), v.data(),
+                                           B, Tq, Tk, H, KV, D);
   return f;
 }
 
@@ -145,9 +147,9 @@ TEST_CASE("attention backward matches central finite differences") {
     auto dout = random_vector(B * T * H * D, 10);
     auto f = forward_double(q, k, v, B, T, T, H, KV, D);
     std::vector<double> dq(q.size(), 7.0), dk(k.size(), 7.0), dv(v.size(), 7.0);  // overwritten
-    ops::cpu::attention_backward<double>(dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
-                                         k.data(), v.data(), f.out.data(), f.lse.data(), B, T, H,
-                                         KV, D);
+    ops::cpu::attention_backward_gemm<double>(dq.data(), dk.data(), dv.data(), dout.data(),
+                                              q.data(), k.data(), v.data(), f.out.data(),
+                                              f.lse.data(), B, T, H, KV, D);
     auto loss = [&](const std::vector<double>& q_, const std::vector<double>& k_,
                     const std::vector<double>& v_) {
       return dot(forward_double(q_, k_, v_, B, T, T, H, KV, D).out, dout);
@@ -178,9 +180,9 @@ TEST_CASE("attention f32 dispatch on a CPU device agrees with double and overwri
     auto dout = random_vector(B * T * H * D, 14);
     auto f = forward_double(q, k, v, B, T, T, H, KV, D);
     std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
-    ops::cpu::attention_backward<double>(dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
-                                         k.data(), v.data(), f.out.data(), f.lse.data(), B, T, H,
-                                         KV, D);
+    ops::cpu::attention_backward_gemm<double>(dq.data(), dk.data(), dv.data(), dout.data(),
+                                              q.data(), k.data(), v.data(), f.out.data(),
+                                              f.lse.data(), B, T, H, KV, D);
     Shape qs{B, T, H, D}, ks{B, T, KV, D};
     Tensor tq = f32_tensor(s, q, qs), tk = f32_tensor(s, k, ks), tv = f32_tensor(s, v, ks);
     Tensor tdout = f32_tensor(s, dout, qs);
