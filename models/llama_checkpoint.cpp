@@ -100,10 +100,11 @@ void llama_load_weights(LlamaModel& model, const std::string& dir) {
   std::vector<float> host;
   llama_read_weights(model.config(), path.string(), host);
   tensor_upload(model.compute_stream(), model.params(), host.data());
+  model.params_to_working(0, model.params().numel());
 }
 
-std::unique_ptr<LlamaModel> llama_load(const std::string& dir, Device device) {
-  auto model = std::make_unique<LlamaModel>(llama_load_config(dir), device);
+std::unique_ptr<LlamaModel> llama_load(const std::string& dir, Device device, DType working) {
+  auto model = std::make_unique<LlamaModel>(llama_load_config(dir), device, "", working);
   llama_load_weights(*model, dir);
   return model;
 }

@@ -32,9 +32,11 @@ void llama_check_finite(const LlamaConfig& config, const std::vector<float>& val
 
 // DIR/config.json; errors name the directory.
 LlamaConfig llama_load_config(const std::string& dir);
-// Copies DIR/model.safetensors into the model's parameters.
+// Copies DIR/model.safetensors into the model's parameters (and working weights).
 void llama_load_weights(LlamaModel& model, const std::string& dir);
-// Both: a ready model on `device`.
-std::unique_ptr<LlamaModel> llama_load(const std::string& dir, Device device);
+// Both: a ready model on `device` whose working weights are `working` (f32, or
+// bf16 for mixed precision).
+std::unique_ptr<LlamaModel> llama_load(const std::string& dir, Device device,
+                                       DType working = DType::f32);
 
 }  // namespace fanout::models

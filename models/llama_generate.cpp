@@ -17,11 +17,11 @@ LlamaGenerator::LlamaGenerator(LlamaModel& model, int64_t max_len)
   FANOUT_CHECK(max_len > 0 && max_len <= c.max_position_embeddings, "generation length ", max_len,
                " must be within 1..max_position_embeddings (", c.max_position_embeddings, ")");
   int64_t KVd = c.num_key_value_heads * c.head_dim;
+  // The cache holds k and v as the attention reads them: in the working dtype.
+  DType X = model.working_dtype();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    k_cache_.push_back(
-        Tensor::empty({max_len, KVd}, DType::f32, model.device(), MemTag::activations));
-    v_cache_.push_back(
-        Tensor::empty({max_len, KVd}, DType::f32, model.device(), MemTag::activations));
+    k_cache_.push_back(Tensor::empty({max_len, KVd}, X, model.device(), MemTag::activations));
+    v_cache_.push_back(Tensor::empty({max_len, KVd}, X, model.device(), MemTag::activations));
   }
 }
 
@@ -41,16 +41,19 @@ std::vector<float> LlamaGenerator::feed(const std::vector<int32_t>& ids) {
   int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
   int64_t Hd = H * D, KVd = KV * D, P = pos_;
   float eps = static_cast<float>(c.rms_norm_eps);
-  Tensor params = model_.params();
+  // As in training (Note [Mixed precision] in llama_model.cpp): the working
+  // weights, fp32 residual stream and statistics, GEMM inputs in the working dtype.
+  Tensor params = model_.working_params();
+  DType X = model_.working_dtype();
   auto w = [&](int64_t offset, Shape shape) { return params.view(offset, std::move(shape)); };
-  auto act = [&](Shape shape) {
-    return Tensor::empty(std::move(shape), DType::f32, dev, MemTag::activations);
+  auto act = [&](Shape shape, DType dtype = DType::f32) {
+    return Tensor::empty(std::move(shape), dtype, dev, MemTag::activations);
   };
 
   Tensor tok = tensor_from_vector(s, ids, {1, n}, DType::i32, dev);
-  Tensor res = act({n, C}), ln = act({n, C}), rstd = act({n}), q = act({n, Hd});
-  Tensor att = act({n, Hd}), lse = act({H * n}), tmp = act({n, C});
-  Tensor gate = act({n, I}), up = act({n, I}), mlp = act({n, I});
+  Tensor res = act({n, C}), ln = act({n, C}, X), rstd = act({n}), q = act({n, Hd}, X);
+  Tensor att = act({n, Hd}, X), lse = act({H * n}), tmp = act({n, C});
+  Tensor gate = act({n, I}, X), up = act({n, I}, X), mlp = act({n, I}, X);
   ops::embedding_forward(s, res, tok, w(layout.embed(), {V, C}), n, C, V);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerOffsets& o = layout.layer(l);
@@ -74,7 +77,7 @@ std::vector<float> LlamaGenerator::feed(const std::vector<int32_t>& ids) {
   }
   // Only the last position's logits are needed.
   Tensor last = res.view((n - 1) * C, {1, C});
-  Tensor lnf = act({1, C}), rstdf = act({1}), logits = act({1, V});
+  Tensor lnf = act({1, C}, X), rstdf = act({1}), logits = act({1, V});
   ops::rmsnorm_forward(s, lnf, rstdf, last, w(layout.final_norm(), {C}), 1, C, eps);
   ops::matmul_forward(s, logits, lnf, w(layout.lm_head(), {V, C}), 1, C, V);
   pos_ += n;

@@ -1,11 +1,13 @@
 #include "models/llama_model.h"
 
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "engine/core/check.h"
 #include "engine/core/flat.h"
 #include "ops/attention.h"
+#include "ops/cast.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
@@ -16,66 +18,111 @@
 
 namespace fanout::models {
 
+// Note [Mixed precision]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// `--precision bf16` is bf16-mixed as Lightning and llm.c mean it, decided once for
+// every device kind:
+//   fp32: master weights (params_), gradients (grads_, accumulated and reduced in
+//         fp32), AdamW state, the residual stream (res, res_mid, tmp_c, dres), every
+//         statistic (RMSNorm's rstd, attention's lse), the logits and the loss, and
+//         the input gradients GEMMs accumulate into (dln, datt, dact: several GEMMs
+//         add into each).
+//   bf16: the working weights (working_, one rounding of the master after each
+//         update; what replicas exchange), and the activations that are GEMM
+//         inputs or outputs: the normed inputs (ln1, ln2, lnf), q, k, v, the
+//         attention output, gate, up and their product, and the output gradients
+//         fed to GEMMs (dq, dk, dv, dgate, dup, and bf16 copies of dres and of
+//         the logits' gradient).
+// Why this split: GEMMs are where bf16 pays (twice the throughput, half the
+// bytes) and they accumulate in fp32 inside, so only their inputs are rounded.
+// The residual stream is a long running sum over layers, where bf16's 8 bits of
+// mantissa would swallow small block outputs; statistics and the softmax need
+// the range and precision of fp32; gradients are summed over micro-batches and
+// replicas, where rounding would bias the update. Every kernel computes in fp32
+// and rounds once at its store (round to nearest even, engine/core/dtype.h).
+// Checkpoints hold the fp32 master weights whatever the precision.
+
 // --- activation arena -------------------------------------------------------
 
 // Every activation backward needs, per layer, plus shared backward scratch: one
-// allocation carved into views, sized for `capacity` rows of B*T tokens.
+// allocation per dtype carved into views, sized for `capacity` rows of B*T tokens.
+// X is the working dtype (Note [Mixed precision]).
 struct LlamaModel::Arena {
   struct Layer {
     Tensor res_mid, ln1, rstd1, q, k, v, att, lse, ln2, rstd2, gate, up, act;
   };
   int64_t capacity = 0;  // tokens (B*T)
-  Tensor storage;
+  Tensor storage_f32, storage_x;
   std::vector<Tensor> res;  // L + 1 residual streams
   std::vector<Layer> layers;
   Tensor lnf, rstdf, logits;
   // scratch
   Tensor tmp_c, dres, dln, datt, dq, dk, dv, dact, dgate, dup;
+  // bf16 only: the GEMM-side copies of dres and of dlogits
+  Tensor dres_x, dlogits_x;
 
-  Arena(const LlamaConfig& c, Device device, int64_t N) : capacity(N) {
+  Arena(const LlamaConfig& c, Device device, int64_t N, DType X) : capacity(N) {
     int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
     int64_t Hd = c.num_attention_heads * c.head_dim, KVd = c.num_key_value_heads * c.head_dim;
     int64_t H = c.num_attention_heads, L = c.num_hidden_layers;
     // Two passes: count, then carve.
-    int64_t total = 0;
-    std::vector<std::pair<Tensor*, int64_t>> plan;
-    auto want = [&](Tensor* t, int64_t numel) {
-      plan.emplace_back(t, numel);
-      total += (numel + 15) / 16 * 16;  // 64-byte aligned views
+    int64_t total[2] = {0, 0};  // f32, X
+    std::vector<std::tuple<Tensor*, int64_t, int>> plan;
+    auto want = [&](Tensor* t, int64_t numel, DType d) {
+      int which = d == DType::f32 ? 0 : 1;
+      plan.emplace_back(t, numel, which);
+      total[which] += (numel + 31) / 32 * 32;  // 64-byte aligned views
     };
+    const DType F = DType::f32;
     res.resize(L + 1);
     layers.resize(L);
-    for (auto& r : res) want(&r, N * C);
+    for (auto& r : res) want(&r, N * C, F);
     for (auto& l : layers) {
-      want(&l.res_mid, N * C), want(&l.ln1, N * C), want(&l.rstd1, N);
-      want(&l.q, N * Hd), want(&l.k, N * KVd), want(&l.v, N * KVd), want(&l.att, N * Hd);
-      want(&l.lse, N * H), want(&l.ln2, N * C), want(&l.rstd2, N);
-      want(&l.gate, N * I), want(&l.up, N * I), want(&l.act, N * I);
+      want(&l.res_mid, N * C, F), want(&l.ln1, N * C, X), want(&l.rstd1, N, F);
+      want(&l.q, N * Hd, X), want(&l.k, N * KVd, X), want(&l.v, N * KVd, X);
+      want(&l.att, N * Hd, X), want(&l.lse, N * H, F), want(&l.ln2, N * C, X);
+      want(&l.rstd2, N, F), want(&l.gate, N * I, X), want(&l.up, N * I, X);
+      want(&l.act, N * I, X);
     }
-    want(&lnf, N * C), want(&rstdf, N), want(&logits, N * V);
-    want(&tmp_c, N * C), want(&dres, N * C), want(&dln, N * C), want(&datt, N * Hd);
-    want(&dq, N * Hd), want(&dk, N * KVd), want(&dv, N * KVd);
-    want(&dact, N * I), want(&dgate, N * I), want(&dup, N * I);
-    storage = Tensor::empty({total}, DType::f32, device, MemTag::activations);
-    int64_t at = 0;
-    for (auto& [t, numel] : plan) {
-      *t = storage.view(at, {numel});
-      at += (numel + 15) / 16 * 16;
+    want(&lnf, N * C, X), want(&rstdf, N, F), want(&logits, N * V, F);
+    want(&tmp_c, N * C, F), want(&dres, N * C, F), want(&dln, N * C, F), want(&datt, N * Hd, F);
+    want(&dq, N * Hd, X), want(&dk, N * KVd, X), want(&dv, N * KVd, X);
+    want(&dact, N * I, F), want(&dgate, N * I, X), want(&dup, N * I, X);
+    if (X != F) want(&dres_x, N * C, X), want(&dlogits_x, N * V, X);
+    storage_f32 = Tensor::empty({total[0]}, F, device, MemTag::activations);
+    if (total[1] > 0) storage_x = Tensor::empty({total[1]}, X, device, MemTag::activations);
+    int64_t at[2] = {0, 0};
+    for (auto& [t, numel, which] : plan) {
+      *t = (which == 0 ? storage_f32 : storage_x).view(at[which], {numel});
+      at[which] += (numel + 31) / 32 * 32;
     }
   }
 };
 
 // --- construction -----------------------------------------------------------
 
-LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_name)
-    : config_(std::move(config)), layout_(config_), device_(device) {
+LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_name, DType working)
+    : config_(std::move(config)), layout_(config_), device_(device), working_dtype_(working) {
   config_.validate();
+  FANOUT_CHECK(working == DType::f32 || working == DType::bf16,
+               "the working dtype must be f32 or bf16, got ", dtype_name(working));
   stream_ = std::make_unique<Stream>(
       device, stream_name.empty() ? device.str() + " compute" : std::move(stream_name));
   params_ = Tensor::empty({layout_.total()}, DType::f32, device, MemTag::params);
   grads_ = Tensor::empty({layout_.total()}, DType::f32, device, MemTag::grads);
   flat_fill(*stream_, params_, 0.0f);
   flat_fill(*stream_, grads_, 0.0f);
+  working_ = params_;
+  if (working != DType::f32) {
+    working_ = Tensor::empty({layout_.total()}, working, device, MemTag::params);
+    params_to_working(0, layout_.total());
+  }
+}
+
+void LlamaModel::params_to_working(int64_t begin, int64_t end) {
+  if (working_dtype_ == DType::f32 || end <= begin) return;
+  ops::cast_f32_to_bf16(*stream_, working_.view(begin, {end - begin}),
+                        params_.view(begin, {end - begin}), end - begin);
 }
 
 LlamaModel::~LlamaModel() {
@@ -100,6 +147,7 @@ void LlamaModel::init_random(uint64_t seed) {
     for (int64_t j = 0; j < p.numel; ++j) dst[j] = normal(rng);
   }
   tensor_upload(*stream_, params_, host.data());
+  params_to_working(0, layout_.total());
 }
 
 Tensor LlamaModel::param(const std::string& name) const {
@@ -125,7 +173,7 @@ void LlamaModel::reserve(int64_t rows, int64_t seq_len) {
   if (arena_ && arena_->capacity >= N) return;
   stream_->synchronize();  // the old arena may still be in use by queued work
   arena_.reset();
-  arena_ = std::make_unique<Arena>(config_, device_, N);
+  arena_ = std::make_unique<Arena>(config_, device_, N, working_dtype_);
 }
 
 // --- forward ----------------------------------------------------------------
@@ -196,16 +244,21 @@ void LlamaModel::forward_loss(const Tensor& inputs, const Tensor& targets, const
 void LlamaModel::backward_from_loss(float normalizer) {
   FANOUT_ASSERT(targets_.defined(), "backward_from_loss without forward_loss");
   int64_t N = B_ * T_, V = config_.vocab_size;
-  // dlogits overwrite the logits in place: the [N, V] buffer is the largest.
-  ops::cross_entropy_backward(*stream_, arena_->logits, arena_->logits, targets_, N, V,
-                              ignore_index_, normalizer);
-  backward_hidden(arena_->logits);
+  // fp32: dlogits overwrite the logits in place (the [N, V] buffer is the
+  // largest); bf16: they are written once, rounded, where the lm_head GEMM reads.
+  Tensor dlogits = working_dtype_ == DType::f32 ? arena_->logits : arena_->dlogits_x;
+  ops::cross_entropy_backward(*stream_, dlogits, arena_->logits, targets_, N, V, ignore_index_,
+                              normalizer);
+  backward_hidden(dlogits);
   targets_ = Tensor();
 }
 
 void LlamaModel::backward_from_logits(const Tensor& dlogits) {
-  FANOUT_ASSERT(dlogits.numel() == B_ * T_ * config_.vocab_size, "dlogits ", dlogits.str());
-  backward_hidden(dlogits);
+  int64_t n = B_ * T_ * config_.vocab_size;
+  FANOUT_ASSERT(dlogits.numel() == n && dlogits.dtype() == DType::f32, "dlogits ", dlogits.str());
+  if (working_dtype_ == DType::f32) return backward_hidden(dlogits);
+  ops::cast_f32_to_bf16(*stream_, arena_->dlogits_x.view(0, {n}), dlogits.view(0, {n}), n);
+  backward_hidden(arena_->dlogits_x);
 }
 
 void LlamaModel::backward_hidden(const Tensor& dlogits) {
@@ -221,6 +274,13 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
   };
   // Scratch that gradients accumulate into is cleared for this batch's size only.
   auto zero = [&](const Tensor& t, int64_t n) { flat_fill(s, t.view(0, {n}), 0.0f); };
+  // d(residual) as the o_proj and down_proj GEMMs read it: itself in fp32, a
+  // rounded copy in bf16.
+  auto dres_for_gemm = [&]() {
+    if (working_dtype_ == DType::f32) return a.dres;
+    ops::cast_f32_to_bf16(s, a.dres_x.view(0, {N * C}), a.dres.view(0, {N * C}), N * C);
+    return a.dres_x;
+  };
 
   // lm_head and the final norm
   zero(a.dln, N * C);
@@ -236,7 +296,8 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
     Arena::Layer& x = a.layers[l];
     // MLP block; dres holds d(res[l+1]) and becomes d(res_mid).
     zero(a.dact, N * I);
-    ops::matmul_backward(s, a.dact, g(o.down, {C, I}), a.dres, x.act, w(o.down, {C, I}), N, I, C);
+    ops::matmul_backward(s, a.dact, g(o.down, {C, I}), dres_for_gemm(), x.act, w(o.down, {C, I}), N,
+                         I, C);
     ops::swiglu_backward(s, a.dgate, a.dup, a.dact, x.gate, x.up, N * I);
     zero(a.dln, N * C);
     ops::matmul_backward(s, a.dln, g(o.gate, {I, C}), a.dgate, x.ln2, w(o.gate, {I, C}), N, C, I);
@@ -244,7 +305,8 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
     ops::rmsnorm_backward(s, a.dres, g(o.ln2, {C}), a.dln, x.res_mid, w(o.ln2, {C}), x.rstd2, N, C);
     // attention block; dres becomes d(res[l]).
     zero(a.datt, N * Hd);
-    ops::matmul_backward(s, a.datt, g(o.o, {C, Hd}), a.dres, x.att, w(o.o, {C, Hd}), N, Hd, C);
+    ops::matmul_backward(s, a.datt, g(o.o, {C, Hd}), dres_for_gemm(), x.att, w(o.o, {C, Hd}), N, Hd,
+                         C);
     ops::attention_backward(s, a.dq, a.dk, a.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, B, T, H, KV,
                             D);
     ops::rope_backward(s, a.dq, a.dq, B, T, H, D, c.rope_theta, 0);

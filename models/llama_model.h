@@ -21,14 +21,19 @@ constexpr int32_t kIgnoreIndex = -100;  // targets not counted by the loss (PyTo
 class LlamaModel final : public parallel::Replica {
  public:
   // stream_name: the compute stream's trace lane (default "<device> compute").
-  LlamaModel(LlamaConfig config, Device device, std::string stream_name = "");
+  // working: the dtype of the working weights and of the activations that feed
+  // GEMMs: f32, or bf16 for mixed precision (Note [Mixed precision]).
+  LlamaModel(LlamaConfig config, Device device, std::string stream_name = "",
+             DType working = DType::f32);
   ~LlamaModel() override;
 
   const LlamaConfig& config() const { return config_; }
   const LlamaLayout& layout() const { return layout_; }
+  DType working_dtype() const { return working_dtype_; }
 
   // Normal(0, 0.02) for matrices and embeddings, ones for norms; depends only on
-  // the seed (each tensor has its own generator), not on the device.
+  // the seed (each tensor has its own generator), not on the device. The working
+  // weights follow.
   void init_random(uint64_t seed);
   // A named parameter (or gradient) as a view of the flat buffer.
   Tensor param(const std::string& name) const;
@@ -39,6 +44,8 @@ class LlamaModel final : public parallel::Replica {
   Stream& compute_stream() override { return *stream_; }
   Tensor params() override { return params_; }
   Tensor grads() override { return grads_; }
+  Tensor working_params() override { return working_; }
+  void params_to_working(int64_t begin, int64_t end) override;
   void zero_grads() override;
   void reserve(int64_t rows, int64_t seq_len) override;
   Tensor forward_logits(const Tensor& inputs) override;
@@ -53,14 +60,17 @@ class LlamaModel final : public parallel::Replica {
   struct Arena;
   void forward_hidden(const Tensor& inputs, int64_t B, int64_t T);  // up to logits
   void backward_hidden(const Tensor& dlogits);                      // from dlogits down
-  Tensor w(int64_t offset, Shape shape) const { return params_.view(offset, std::move(shape)); }
+  // Working weights (what forward and backward read) and f32 gradients.
+  Tensor w(int64_t offset, Shape shape) const { return working_.view(offset, std::move(shape)); }
   Tensor g(int64_t offset, Shape shape) const { return grads_.view(offset, std::move(shape)); }
 
   LlamaConfig config_;
   LlamaLayout layout_;
   Device device_;
   std::unique_ptr<Stream> stream_;
+  DType working_dtype_;
   Tensor params_, grads_;
+  Tensor working_;  // params_ itself in fp32, a bf16 copy in mixed precision
   std::unique_ptr<Arena> arena_;
   GradReadyFn grad_ready_;
   // The last forward's batch.

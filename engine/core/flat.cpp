@@ -3,6 +3,7 @@
 #include <tbb/parallel_for.h>
 
 #include "engine/core/check.h"
+#include "engine/core/dtype.h"
 #include "engine/core/flat_cuda.h"
 
 namespace fanout {
@@ -39,10 +40,21 @@ void flat_fill(Stream& stream, const Tensor& dst, float value) {
 
 void flat_add(Stream& stream, const Tensor& dst, const Tensor& src) {
   check_f32(stream, dst, "flat_add");
-  check_f32(stream, src, "flat_add");
   FANOUT_ASSERT(dst.numel() == src.numel(), "flat_add ", src.str(), " into ", dst.str());
   FANOUT_ASSERT(dst.device() == src.device(), "flat_add across devices: copy first");
   int64_t n = dst.numel();
+  if (src.dtype() == DType::bf16) {
+    FANOUT_CHECK(dst.device().is_cpu(), "bf16 sums on CUDA devices arrive with the CUDA issue");
+    stream.enqueue([dst, src, n] {
+      float* d = dst.data<float>();
+      const uint16_t* s = src.data<uint16_t>();
+      parallel_range(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) d[i] += bf16_to_float(s[i]);
+      });
+    });
+    return;
+  }
+  check_f32(stream, src, "flat_add");
   if (dst.device().is_cuda()) {
     return cuda::flat_add_f32(stream.cuda_handle(), dst.data<float>(), src.data<float>(), n);
   }
@@ -51,6 +63,22 @@ void flat_add(Stream& stream, const Tensor& dst, const Tensor& src) {
     const float* s = src.data<float>();
     parallel_range(n, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) d[i] += s[i];
+    });
+  });
+}
+
+void flat_round_bf16(Stream& stream, const Tensor& dst, const Tensor& src) {
+  check_f32(stream, src, "flat_round_bf16");
+  FANOUT_ASSERT(
+      dst.dtype() == DType::bf16 && dst.numel() == src.numel() && dst.device() == src.device(),
+      "flat_round_bf16 ", src.str(), " into ", dst.str());
+  FANOUT_CHECK(dst.device().is_cpu(), "bf16 rounding on CUDA devices arrives with the CUDA issue");
+  int64_t n = dst.numel();
+  stream.enqueue([dst, src, n] {
+    uint16_t* d = dst.data<uint16_t>();
+    const float* s = src.data<float>();
+    parallel_range(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) d[i] = float_to_bf16(s[i]);
     });
   });
 }

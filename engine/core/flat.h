@@ -1,7 +1,7 @@
 #pragma once
 // Flat-buffer arithmetic, the only math the engine owns (collectives and gradient
-// accumulation need it; everything else lives in ops/). f32 buffers on one device,
-// queued on a stream of that device. Copies are tensor_copy (tensor.h).
+// accumulation need it; everything else lives in ops/). f32 buffers (bf16 where said) on one
+// device, queued on a stream of that device. Copies are tensor_copy (tensor.h).
 
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
@@ -10,8 +10,11 @@ namespace fanout {
 
 // dst[i] = value
 void flat_fill(Stream& stream, const Tensor& dst, float value);
-// dst[i] += src[i]   (same device, same numel)
+// dst[i] += src[i]   (same device, same numel; src f32, or bf16 summed in fp32)
 void flat_add(Stream& stream, const Tensor& dst, const Tensor& src);
+// dst[i] (bf16) = src[i] (f32) rounded to nearest even (engine/core/dtype.h): what
+// a gradient is sent as under --grad-comm bf16. CPU devices.
+void flat_round_bf16(Stream& stream, const Tensor& dst, const Tensor& src);
 // dst[i] *= alpha
 void flat_scale(Stream& stream, const Tensor& dst, float alpha);
 

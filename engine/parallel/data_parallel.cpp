@@ -79,6 +79,13 @@ DataParallel::DataParallel(const ReplicaFactory& factory, DataParallelOptions op
     FANOUT_ASSERT(r->params().numel() == P && r->grads().numel() == P, "replicas differ in size");
   }
   collectives_ = make_collectives(ids);
+  collectives_->set_sum_dtype(options_.grad_comm);
+  if (options_.process_group) options_.process_group->set_sum_dtype(options_.grad_comm);
+  for (auto& r : replicas_) {
+    FANOUT_ASSERT(r->working_params().numel() == P &&
+                      r->working_params().dtype() == primary().working_params().dtype(),
+                  "replicas differ in their working weights");
+  }
   bounds_ = shard_bounds(P, n);
   if (options_.overlap) {
     buckets_ = std::make_unique<GradBuckets>(P, options_.bucket_mb, n);
@@ -133,15 +140,33 @@ AllocatorStats DataParallel::memory(int replica) const {
 // --- step pieces ------------------------------------------------------------
 
 void DataParallel::replicate() {
-  if (!params_stale_) return;
+  if (sync_ == Sync::none) return;
   auto t0 = Clock::now();
+  int64_t b0 = total_bytes();
   TraceScope span("host", "replicate");
-  std::vector<Tensor> params;
-  for (auto& r : replicas_) params.push_back(r->params());
+  std::vector<Tensor> bufs;
   auto streams = compute_streams();
-  collectives_->broadcast(params, streams, 0, 0, params[0].numel());
+  int64_t P = primary().params().numel();
+  if (sync_ == Sync::working) {
+    // After a dp step only the primary's master moved: round once, send the
+    // working weights (bf16: half the bytes of the master).
+    primary().params_to_working(0, P);
+    for (auto& r : replicas_) bufs.push_back(r->working_params());
+    collectives_->broadcast(bufs, streams, 0, 0, P);
+  } else {
+    // Every replica gets the whole fp32 master (a zero1 shard owner updates its
+    // own part of it) and rounds its own working copy.
+    for (auto& r : replicas_) bufs.push_back(r->params());
+    if (sync_ == Sync::master) {
+      collectives_->broadcast(bufs, streams, 0, 0, P);
+    } else {
+      collectives_->all_gather(bufs, streams, bounds_, 0, P);
+    }
+    for (auto& r : replicas_) r->params_to_working(0, P);
+  }
   for (Stream* s : streams) s->synchronize();
-  params_stale_ = false;
+  sync_ = Sync::none;
+  replicate_bytes_ += total_bytes() - b0;
   times_.replicate += seconds_since(t0);
 }
 
@@ -367,17 +392,51 @@ void DataParallel::run_on_shards(const std::function<void(const Shard&, Replica&
 
 void DataParallel::finish_step() {
   if (options_.strategy == Strategy::dp) {
-    params_stale_ = true;
+    sync_ = Sync::working;
     return;
   }
   auto t0 = Clock::now();
+  int64_t b0 = total_bytes();
   TraceScope span("host", "all-gather params");
+  // Each shard owner rounds its updated shard; the working weights are gathered.
+  std::vector<Tensor> working;
+  for (int r = 0; r < size(); ++r) {
+    replicas_[r]->params_to_working(bounds_[r], bounds_[r + 1]);
+    working.push_back(replicas_[r]->working_params());
+  }
+  auto streams = compute_streams();
+  collectives_->all_gather(working, streams, bounds_, 0, bounds_.back());
+  for (Stream* s : streams) s->synchronize();
+  replicate_bytes_ += total_bytes() - b0;
+  times_.replicate += seconds_since(t0);
+}
+
+void DataParallel::gather_master() {
+  if (options_.strategy == Strategy::dp) return;
+  if (primary().working_params().raw() == primary().params().raw()) return;
+  int64_t b0 = total_bytes();
   std::vector<Tensor> params;
   for (auto& r : replicas_) params.push_back(r->params());
   auto streams = compute_streams();
   collectives_->all_gather(params, streams, bounds_, 0, bounds_.back());
   for (Stream* s : streams) s->synchronize();
-  times_.replicate += seconds_since(t0);
+  replicate_bytes_ += total_bytes() - b0;
+}
+
+int64_t DataParallel::total_bytes() const {
+  int64_t b = collectives_->bytes_moved();
+  if (options_.process_group) b += options_.process_group->bytes_sent();
+  return b;
+}
+
+void DataParallel::reset_times() {
+  times_ = PhaseTimes{};
+  bytes_base_ = total_bytes();
+  replicate_bytes_ = 0;
+}
+
+CommBytes DataParallel::comm_bytes() const {
+  return {replicate_bytes_, total_bytes() - bytes_base_ - replicate_bytes_};
 }
 
 LossStats DataParallel::evaluate(const HostBatch& batch, int32_t ignore_index) {
@@ -416,7 +475,9 @@ void DataParallel::recover() {
   for (auto& s : slots_) drain(*s->comm);
   if (output_stream_) drain(*output_stream_);
   reduced_by_buckets_ = false;
-  params_stale_ = true;  // replicas are re-synchronised from the primary
+  // Replicas are re-synchronised: from the primary, or (zero1) from each shard's owner.
+  if (sync_ != Sync::master)
+    sync_ = options_.strategy == Strategy::zero1 ? Sync::shards : Sync::master;
 }
 
 }  // namespace fanout::parallel

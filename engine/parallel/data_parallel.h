@@ -2,8 +2,8 @@
 // DataParallel: nn.DataParallel rebuilt for one process without a GIL.
 //   scatter   the batch's rows over the replicas (uneven splits, explicit chunk
 //             sizes, fewer replicas for a small batch)
-//   replicate persistent replicas; only the parameters are broadcast from the
-//             primary (device_ids[0]) after they changed
+//   replicate persistent replicas; only the (working) weights are broadcast
+//             from the primary (device_ids[0]) after they changed
 //   apply     one pool thread per device runs its replica on its own stream
 //   gather    logits to output_device (faithful dp), or only loss scalars
 //             (--loss-on replicas)
@@ -39,6 +39,9 @@ struct DataParallelOptions {
   LossOn loss_on = LossOn::output;
   bool overlap = false;
   double bucket_mb = 25.0;
+  // The dtype gradient sums travel in: f32, or bf16 (rounded by each sender,
+  // summed in fp32; Collectives::set_sum_dtype). Gradients stay f32 in memory.
+  DType grad_comm = DType::f32;
   // ddp: gradients are also summed across processes (one replica per process).
   ProcessGroup* process_group = nullptr;
   // Test hook, called on each replica's thread as a phase starts ("forward",
@@ -79,6 +82,13 @@ struct PhaseTimes {
   }
 };
 
+// Bytes moved between devices (and, in ddp, sent to other processes) since the
+// last reset_times(): replicate = the weights sent to replicas (broadcast after a
+// dp step, zero1's all-gather), reduce = everything else (gradient sums).
+struct CommBytes {
+  int64_t replicate = 0, reduce = 0;
+};
+
 class GradBuckets;
 
 class DataParallel {
@@ -101,8 +111,13 @@ class DataParallel {
   std::vector<int64_t> split(int64_t rows) const;
 
   // The primary's parameters changed outside the engine (loaded, initialised):
-  // broadcast them before the next forward.
-  void params_changed() { params_stale_ = true; }
+  // broadcast them (fp32 master and working weights) before the next forward.
+  void params_changed() { sync_ = Sync::master; }
+  // zero1 under mixed precision updates each replica's fp32 master only in its
+  // own shard (only the bf16 working weights are all-gathered each step): this
+  // all-gathers the fp32 master so that the primary's params() are whole again,
+  // as a checkpoint needs. Nothing to do otherwise.
+  void gather_master();
 
   void zero_grad();
   // Forward and backward of one (micro-)batch; gradients accumulate. The loss is
@@ -130,7 +145,8 @@ class DataParallel {
   LossStats evaluate(const HostBatch& batch, int32_t ignore_index);
 
   const PhaseTimes& last_times() const { return times_; }
-  void reset_times() { times_ = PhaseTimes{}; }
+  void reset_times();
+  CommBytes comm_bytes() const;
   // Byte counts of a replica's device (shared by replicas on one device).
   AllocatorStats memory(int replica) const;
 
@@ -156,9 +172,16 @@ class DataParallel {
   std::unique_ptr<Stream> output_stream_;
   Tensor gathered_, gathered_targets_, output_stats_;
   std::vector<int64_t> bounds_;  // zero1 shard bounds
-  bool params_stale_ = true;
+  // What the replicas need before the next forward: nothing; the primary's
+  // working weights (a dp step updated its master); the primary's whole fp32
+  // master (new weights from outside); or, zero1 after a failed step, every
+  // shard's master from its owner.
+  enum class Sync { none, working, master, shards };
+  Sync sync_ = Sync::master;
   bool reduced_by_buckets_ = false;
   PhaseTimes times_;
+  int64_t total_bytes() const;  // every counter, since construction
+  int64_t bytes_base_ = 0, replicate_bytes_ = 0;
 };
 
 }  // namespace fanout::parallel

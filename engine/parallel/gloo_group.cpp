@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <mutex>
+#include <vector>
 
+#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
@@ -64,9 +66,12 @@ class GlooGroup final : public ProcessGroup {
     FANOUT_ASSERT(buf.device().is_cpu() && buf.dtype() == DType::f32, "gloo all-reduce of ",
                   buf.str());
     if (end <= begin) return;
+    if (sum_dtype_ == DType::bf16) return all_reduce_bf16(buf, begin, end, stream);
     stream.enqueue_blocking([this, buf, begin, end] {
       std::lock_guard<std::mutex> lock(grad_mu_);
       float* p = buf.data<float>() + begin;
+      int64_t w = world();
+      bytes_sent_ += 2 * (w - 1) * (end - begin) * static_cast<int64_t>(sizeof(float)) / w;
       run("all-reduce", [&] {
         gloo::AllreduceOptions o(context_);
         o.setOutput(p, static_cast<size_t>(end - begin));
@@ -76,6 +81,12 @@ class GlooGroup final : public ProcessGroup {
         gloo::allreduce(o);
       });
     });
+  }
+
+  void set_sum_dtype(DType dtype) override {
+    FANOUT_CHECK(dtype == DType::f32 || dtype == DType::bf16, "sums travel in f32 or bf16, not ",
+                 dtype_name(dtype));
+    sum_dtype_ = dtype;
   }
 
   void broadcast(const Tensor& buf, int root, Stream& stream) override {
@@ -104,6 +115,32 @@ class GlooGroup final : public ProcessGroup {
   }
 
  private:
+  // Every rank rounds its range to bf16 and all-gathers the rounded ranges; each
+  // rank then sums them in fp32 in rank order, so every rank holds the same bits.
+  void all_reduce_bf16(const Tensor& buf, int64_t begin, int64_t end, Stream& stream) {
+    stream.enqueue_blocking([this, buf, begin, end] {
+      std::lock_guard<std::mutex> lock(grad_mu_);
+      size_t n = static_cast<size_t>(end - begin), w = static_cast<size_t>(world());
+      float* p = buf.data<float>() + begin;
+      send_.resize(n);
+      recv_.resize(n * w);
+      for (size_t i = 0; i < n; ++i) send_[i] = float_to_bf16(p[i]);
+      bytes_sent_ += static_cast<int64_t>((w - 1) * n * sizeof(uint16_t));
+      run("all-gather", [&] {
+        gloo::AllgatherOptions o(context_);
+        o.setInput(send_.data(), n);
+        o.setOutput(recv_.data(), n * w);
+        o.setTag(kGradTag);
+        gloo::allgather(o);
+      });
+      for (size_t i = 0; i < n; ++i) {
+        float sum = 0.0f;
+        for (size_t r = 0; r < w; ++r) sum += bf16_to_float(recv_[r * n + i]);
+        p[i] = sum;
+      }
+    });
+  }
+
   template <typename F>
   void run(const char* what, F&& f) {
     try {
@@ -122,6 +159,8 @@ class GlooGroup final : public ProcessGroup {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::mutex grad_mu_;
+  DType sum_dtype_ = DType::f32;
+  std::vector<uint16_t> send_, recv_;  // bf16 sums, under grad_mu_
 };
 
 }  // namespace

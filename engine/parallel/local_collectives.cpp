@@ -35,7 +35,7 @@ class LocalCollectives final : public Collectives {
       if (static_cast<int>(r) == root) continue;
       ready[root]->wait(*streams[r]);
       StreamSpan span(*streams[r], "broadcast");
-      tensor_copy(*streams[r], range(bufs[r], begin, end), range(bufs[root], begin, end));
+      copy(*streams[r], range(bufs[r], begin, end), range(bufs[root], begin, end));
     }
     // The root's buffer must not change before every rank copied it.
     for (size_t r = 0; r < bufs.size(); ++r) {
@@ -85,7 +85,7 @@ class LocalCollectives final : public Collectives {
         if (q == r || lo >= hi) continue;
         ready[q]->wait(*streams[r]);
         StreamSpan span(*streams[r], "all-gather");
-        tensor_copy(*streams[r], range(bufs[r], lo, hi), range(bufs[q], lo, hi));
+        copy(*streams[r], range(bufs[r], lo, hi), range(bufs[q], lo, hi));
       }
     }
     for (size_t r = 0; r < bufs.size(); ++r) release_inputs(streams, static_cast<int>(r));
@@ -109,25 +109,52 @@ class LocalCollectives final : public Collectives {
     return ready;
   }
 
-  // bufs[root][lo, hi) += every other rank's [lo, hi), on the root's stream.
+  // A copy, counted in bytes_moved() when it crosses devices.
+  void copy(Stream& s, const Tensor& dst, const Tensor& src) {
+    tensor_copy(s, dst, src);
+    if (dst.device() != src.device()) bytes_moved_ += static_cast<int64_t>(src.nbytes());
+  }
+
+  // bufs[root][lo, hi) += every other rank's [lo, hi), on the root's stream. With
+  // bf16 sums each sender first rounds its range into its own send buffer (on its
+  // own stream); the root adds the bf16 values in fp32. Replicas sharing the
+  // root's device are rounded too, so the sum does not depend on the placement.
   void sum_into(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
                 const Events& ready, int root, int64_t lo, int64_t hi) {
     Stream& s = *streams[root];
     Tensor dst = range(bufs[root], lo, hi);
-    for (size_t r = 0; r < bufs.size(); ++r)
-      if (static_cast<int>(r) != root) ready[r]->wait(s);
+    bool bf16 = sum_dtype_ == DType::bf16;
+    std::vector<Tensor> send(bufs.size());
+    for (size_t r = 0; r < bufs.size(); ++r) {
+      if (static_cast<int>(r) == root) continue;
+      if (!bf16) {
+        ready[r]->wait(s);
+        continue;
+      }
+      ready[r]->wait(*streams[r]);
+      send[r] = buffer(send_, *streams[r], hi - lo, DType::bf16);
+      {
+        StreamSpan span(*streams[r], "round bf16");
+        flat_round_bf16(*streams[r], send[r], range(bufs[r], lo, hi));
+      }
+      Event rounded;
+      rounded.record(*streams[r]);
+      rounded.wait(s);
+    }
     StreamSpan span(s, "reduce");
     for (size_t r = 0; r < bufs.size(); ++r) {
       if (static_cast<int>(r) == root) continue;
-      Tensor src = range(bufs[r], lo, hi);
+      Tensor src = bf16 ? send[r] : range(bufs[r], lo, hi);
       if (src.device() == dst.device()) {
         flat_add(s, dst, src);  // replicas sharing one device: no transfer needed
         continue;
       }
-      Tensor stage = staging(s, hi - lo);
-      tensor_copy(s, stage, src);
+      Tensor stage = buffer(staging_, s, hi - lo, src.dtype());
+      copy(s, stage, src);
       flat_add(s, dst, stage);
     }
+    // A sender's next rounding (the next shard) must wait until the root read this one.
+    if (bf16) release_inputs(streams, root);
   }
 
   // Every other stream waits until `root`'s stream has finished reading from it.
@@ -138,20 +165,22 @@ class LocalCollectives final : public Collectives {
       if (static_cast<int>(r) != root) done.wait(*streams[r]);
   }
 
-  // One growing staging buffer per receiving stream (tagged comm in its device's
-  // allocator): the stream's order makes reuse safe. Replacing a buffer drops the
-  // old one only after the stream finished with it.
-  Tensor staging(Stream& s, int64_t numel) {
-    Tensor& t = staging_[&s];
+  // One growing buffer per stream and dtype (tagged comm in its device's
+  // allocator): staging on the receiving stream, send buffers on the sending one;
+  // the stream's order makes reuse safe. Replacing a buffer drops the old one
+  // only after the stream finished with it.
+  using Buffers = std::map<std::pair<Stream*, DType>, Tensor>;
+  static Tensor buffer(Buffers& buffers, Stream& s, int64_t numel, DType dtype) {
+    Tensor& t = buffers[{&s, dtype}];
     if (!t.defined() || t.numel() < numel) {
       s.synchronize();
-      t = Tensor::empty({numel}, DType::f32, s.device(), MemTag::comm);
+      t = Tensor::empty({numel}, dtype, s.device(), MemTag::comm);
     }
     return t.view(0, {numel});
   }
 
   std::mutex mu_;
-  std::map<Stream*, Tensor> staging_;
+  Buffers staging_, send_;
 };
 
 }  // namespace

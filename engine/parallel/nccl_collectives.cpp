@@ -59,6 +59,7 @@ class NcclCollectives final : public Collectives {
                                       ncclFloat, root, comms_[r], stream(streams[r])));
     }
     FANOUT_NCCL_CHECK(ncclGroupEnd());
+    count(bufs.size(), end - begin);
   }
 
   void reduce(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams, int root,
@@ -71,7 +72,9 @@ class NcclCollectives final : public Collectives {
   void all_reduce(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
                   int64_t begin, int64_t end) override {
     if (end <= begin) return;
+    check_sum_dtype();
     std::lock_guard<std::mutex> lock(mu_);
+    count(bufs.size(), 2 * (end - begin));
     FANOUT_NCCL_CHECK(ncclGroupStart());
     for (size_t r = 0; r < bufs.size(); ++r) {
       FANOUT_NCCL_CHECK(ncclAllReduce(ptr(bufs[r], begin), ptr(bufs[r], begin), end - begin,
@@ -101,15 +104,29 @@ class NcclCollectives final : public Collectives {
                                         static_cast<int>(q), comms_[r], stream(streams[r])));
       }
       FANOUT_NCCL_CHECK(ncclGroupEnd());
+      count(bufs.size(), hi - lo);
     }
   }
 
  private:
-  static float* ptr(const Tensor& t, int64_t offset) { return t.data<float>() + offset; }
+  static float* ptr(const Tensor& t, int64_t offset) {
+    FANOUT_ASSERT(t.dtype() == DType::f32, "NCCL collectives take f32 buffers, got ", t.str());
+    return t.data<float>() + offset;
+  }
+  // What one call hands NCCL to move: every non-root rank's range once.
+  void count(size_t ranks, int64_t n) {
+    bytes_moved_ += static_cast<int64_t>(ranks - 1) * n * static_cast<int64_t>(sizeof(float));
+  }
+  void check_sum_dtype() const {
+    FANOUT_CHECK(sum_dtype_ == DType::f32,
+                 "bf16 gradient sums on CUDA devices arrive with the CUDA issue [3/6]");
+  }
   static cudaStream_t stream(Stream* s) { return static_cast<cudaStream_t>(s->cuda_handle()); }
 
   void group_reduce(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams, int root,
                     int64_t lo, int64_t hi) {
+    check_sum_dtype();
+    count(bufs.size(), hi - lo);
     FANOUT_NCCL_CHECK(ncclGroupStart());
     for (size_t r = 0; r < bufs.size(); ++r) {
       FANOUT_NCCL_CHECK(ncclReduce(ptr(bufs[r], lo), ptr(bufs[r], lo), hi - lo, ncclFloat, ncclSum,

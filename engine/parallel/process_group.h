@@ -4,6 +4,7 @@
 // the Rendezvous. A failed or timed-out collective throws fanout::Error that
 // names what the rendezvous knows: which rank died, or that none answered.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -21,7 +22,16 @@ class ProcessGroup {
   int world() const { return rendezvous_.world(); }
 
   // buf[begin, end) <- the sum over ranks, queued on `stream` (the buffer's device).
+  // Under bf16 sums (set_sum_dtype) every rank's contribution is rounded to bf16
+  // before it is sent and the sum is taken in fp32, in rank order, identically on
+  // every rank.
   virtual void all_reduce(const Tensor& buf, int64_t begin, int64_t end, Stream& stream) = 0;
+  virtual void set_sum_dtype(DType dtype) = 0;
+  // Payload bytes this process handed the transport for other ranks (the
+  // algorithm's sends: a ring all-reduce sends 2 (W-1)/W of the buffer, an
+  // all-gather (W-1) times its input).
+  int64_t bytes_sent() const { return bytes_sent_.load(); }
+  void reset_bytes_sent() { bytes_sent_ = 0; }
   // buf <- rank root's values, queued on `stream`.
   virtual void broadcast(const Tensor& buf, int root, Stream& stream) = 0;
   // Host scalars: values[i] <- the sum over ranks, now.
@@ -30,6 +40,7 @@ class ProcessGroup {
  protected:
   explicit ProcessGroup(Rendezvous& r) : rendezvous_(r) {}
   Rendezvous& rendezvous_;
+  std::atomic<int64_t> bytes_sent_{0};
 };
 
 // Gloo over TCP for CPU devices; timeout_s bounds every collective.

@@ -27,6 +27,15 @@ class Replica {
   virtual Tensor grads() = 0;
   virtual void zero_grads() = 0;
 
+  // The weights forward and backward read, same layout as params(): params()
+  // itself in fp32, a bf16 copy under mixed precision (Note [Mixed precision] in
+  // models/llama_model.cpp). Replicas are kept in step through this buffer: after
+  // an update only the working weights travel (half the bytes in bf16).
+  virtual Tensor working_params() { return params(); }
+  // working_params()[begin, end) <- params()[begin, end), rounded to nearest even;
+  // queued on the compute stream. Nothing to do when they are one buffer.
+  virtual void params_to_working(int64_t /*begin*/, int64_t /*end*/) {}
+
   // Rows of the batch this replica can take at once (its activation capacity).
   virtual void reserve(int64_t rows, int64_t seq_len) = 0;
 

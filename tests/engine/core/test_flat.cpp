@@ -3,6 +3,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+
+#include "engine/core/dtype.h"
 #include "engine/core/flat.h"
 
 using namespace fanout;
@@ -25,5 +29,34 @@ TEST_CASE("flat fill add and scale are exact on small integers") {
     flat_fill(s, tb, -3.0f);
     auto filled = tensor_to_vector<float>(s, tb);
     CHECK(std::all_of(filled.begin(), filled.end(), [](float v) { return v == -3.0f; }));
+  }
+}
+
+TEST_CASE("flat_round_bf16 rounds like float_to_bf16 and flat_add sums bf16 into f32") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (int64_t n : {1, 65537, 200003}) {
+    CAPTURE(n);
+    std::vector<float> src(n), acc(n);
+    for (int64_t i = 0; i < n; ++i) {
+      src[i] =
+          std::ldexp(1.0f + static_cast<float>(i % 977) / 977.0f, static_cast<int>(i % 40) - 20);
+      if (i % 2) src[i] = -src[i];
+      acc[i] = static_cast<float>(i % 7);
+    }
+    src[0] = std::numeric_limits<float>::quiet_NaN();
+    Tensor t_src = tensor_from_vector(s, src, {n}, DType::f32, cpu_device(0));
+    Tensor t_b16 = Tensor::empty({n}, DType::bf16, cpu_device(0));
+    Tensor t_acc = tensor_from_vector(s, acc, {n}, DType::f32, cpu_device(0));
+    flat_round_bf16(s, t_b16, t_src);
+    std::vector<uint16_t> bits = tensor_to_vector<uint16_t>(s, t_b16);
+    bool same = true;
+    for (int64_t i = 0; i < n; ++i) same &= bits[i] == float_to_bf16(src[i]);
+    CHECK(same);
+    CHECK(std::isnan(bf16_to_float(bits[0])));
+    flat_add(s, t_acc, t_b16);  // acc += bf16 values, summed in fp32
+    std::vector<float> out = tensor_to_vector<float>(s, t_acc);
+    bool summed = true;
+    for (int64_t i = 1; i < n; ++i) summed &= out[i] == acc[i] + bf16_to_float(bits[i]);
+    CHECK(summed);
   }
 }

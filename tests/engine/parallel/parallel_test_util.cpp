@@ -60,12 +60,12 @@ TestBatch make_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed,
 }
 
 RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBatch& batch,
-                            int steps, uint64_t seed) {
+                            int steps, uint64_t seed, DType working) {
   models::LlamaConfig config = small_test_config();
   std::vector<Device> ids = options.device_ids;
   auto factory = [&](Device d, int i) {
-    auto m =
-        std::make_unique<models::LlamaModel>(config, d, parallel::replica_lane(ids, i, "compute"));
+    auto m = std::make_unique<models::LlamaModel>(
+        config, d, parallel::replica_lane(ids, i, "compute"), working);
     if (i == 0) m->init_random(seed);  // the primary's weights are broadcast
     return m;
   };
@@ -77,6 +77,7 @@ RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBat
   RunResult out;
   out.init_params = tensor_to_vector<float>(dp.primary().compute_stream(), dp.primary().params());
   for (int step = 1; step <= steps; ++step) {
+    dp.reset_times();
     dp.zero_grad();
     parallel::LossStats st = dp.forward_backward(batch.host(), models::kIgnoreIndex,
                                                  static_cast<double>(batch.counted()));
@@ -93,7 +94,9 @@ RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBat
       }
     }
     out.grad_norms.push_back(opt.step(step, adam.lr, 1.0));
+    out.last_step_bytes = dp.comm_bytes();
   }
+  dp.gather_master();  // zero1 in bf16: each shard's fp32 master is on its owner
   out.final_params = tensor_to_vector<float>(dp.primary().compute_stream(), dp.primary().params());
   return out;
 }

@@ -38,11 +38,13 @@ struct RunResult {
   std::vector<double> grad_norms;  // per step, before clipping
   std::vector<float> first_grads;  // the reduced gradients of step 1 (whole buffer)
   std::vector<float> init_params, final_params;
+  parallel::CommBytes last_step_bytes;  // the engine's byte counters over the last step
 };
 
-// `steps` AdamW steps (lr 1e-2, wd 0.1, clip 1.0) on the same batch.
+// `steps` AdamW steps (lr 1e-2, wd 0.1, clip 1.0) on the same batch; `working` is
+// the replicas' working dtype (bf16: mixed precision).
 RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBatch& batch,
-                            int steps = 3, uint64_t seed = 7);
+                            int steps = 3, uint64_t seed = 7, DType working = DType::f32);
 
 // ||a - b|| / ||b||
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b);
