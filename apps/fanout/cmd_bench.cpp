@@ -29,6 +29,7 @@
 #include "engine/core/file_io.h"
 #include "engine/core/trace.h"
 #include "models/llama_config.h"
+#include "ops/cpu/matmul.h"
 
 namespace fanout::app {
 
@@ -40,8 +41,10 @@ struct BenchArgs {
   int steps = 5, warmup = 1;
   bool peers = false;
   double bucket_mb = 25.0;
+  // fp32, bf16 or both (every mode in each); the dtype gradient sums travel in.
+  std::string precision = "both", grad_comm = "fp32";
   // ops
-  std::string op_device = "cpu:0";
+  std::string op_device = "cpu:0", op_dtype = "both";
   int repeats = 5;
 };
 
@@ -59,10 +62,13 @@ nlohmann::json phases_json(const parallel::PhaseTimes& p) {
 void print_row(const train::BenchResult& r, double base) {
   const parallel::PhaseTimes& p = r.phases;
   auto ms = [](double s) { return s * 1e3; };
-  std::printf("%-22s %10.0f %7.2fx %8.1f  %7.1f %7.1f %7.1f %7.1f %7.1f %8.1f %7.1f %7.1f  ",
-              r.mode.c_str(), r.tokens_per_s, base > 0 ? r.tokens_per_s / base : 1.0, ms(r.step_s),
-              ms(p.scatter), ms(p.replicate), ms(p.forward), ms(p.gather), ms(p.loss),
-              ms(p.backward), ms(p.reduce), ms(p.optimizer));
+  std::string label = r.mode + (r.precision == "bf16" ? " bf16" : "");
+  std::printf(
+      "%-24s %10.0f %7.2fx %8.1f  %7.1f %7.1f %7.1f %7.1f %7.1f %8.1f %7.1f %7.1f  %9s %9s  ",
+      label.c_str(), r.tokens_per_s, base > 0 ? r.tokens_per_s / base : 1.0, ms(r.step_s),
+      ms(p.scatter), ms(p.replicate), ms(p.forward), ms(p.gather), ms(p.loss), ms(p.backward),
+      ms(p.reduce), ms(p.optimizer), bytes_str(static_cast<size_t>(r.comm.replicate)).c_str(),
+      bytes_str(static_cast<size_t>(r.comm.reduce)).c_str());
   for (size_t i = 0; i < r.peaks.size(); ++i) {
     std::printf("%s%s %s", i ? ", " : "", r.peaks[i].device.c_str(),
                 bytes_str(r.peaks[i].peak_bytes).c_str());
@@ -75,6 +81,9 @@ nlohmann::json result_json(const train::BenchResult& r) {
   for (const auto& p : r.peaks) peaks.push_back({{"device", p.device}, {"bytes", p.peak_bytes}});
   return {{"mode", r.mode},
           {"devices", r.devices},
+          {"precision", r.precision},
+          {"grad_comm", r.grad_comm},
+          {"comm_bytes_per_step", {{"replicate", r.comm.replicate}, {"reduce", r.comm.reduce}}},
           {"tokens_per_s", r.tokens_per_s},
           {"step_s", r.step_s},
           {"phases_s", phases_json(r.phases)},
@@ -111,7 +120,8 @@ std::string exact_str(double v) {
 // The ddp row: `fanout launch` starts one bench-worker per device; each rank
 // writes its figures to FILE.rankR, merged here (tokens/s and phases of rank 0,
 // every rank's peak bytes).
-train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devices) {
+train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devices,
+                             const std::string& precision) {
   for (const Device& d : devices) {
     FANOUT_CHECK(d.kind == devices[0].kind, "ddp in fanout bench needs devices of one kind");
   }
@@ -139,6 +149,10 @@ train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devi
                                    std::to_string(a.warmup),
                                    "--bucket-mb",
                                    exact_str(a.bucket_mb),
+                                   "--precision",
+                                   precision,
+                                   "--grad-comm",
+                                   a.grad_comm,
                                    "--json",
                                    out};
   if (a.config_file.empty()) {
@@ -166,6 +180,8 @@ train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devi
     FANOUT_CHECK(!j.is_discarded(), "the ddp row's rank ", rank, " wrote no figures");
     if (rank == 0) {
       r.tokens_per_s = j["tokens_per_s"], r.step_s = j["step_s"], r.last_loss = j["last_loss"];
+      r.precision = j["precision"], r.grad_comm = j["grad_comm"];
+      r.comm = {j["comm_bytes_per_step"]["replicate"], j["comm_bytes_per_step"]["reduce"]};
       const auto& p = j["phases_s"];
       r.phases = {p["scatter"], p["replicate"], p["forward"], p["gather"],
                   p["loss"],    p["backward"],  p["reduce"],  p["optimizer"]};
@@ -186,6 +202,8 @@ int run_bench_worker(const BenchArgs& a) {
   setup.devices = {d};
   setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
   setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
+  setup.working = a.precision == "bf16" ? DType::bf16 : DType::f32;
+  setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
   train::DdpGroup group = train::ddp_connect(setup.ddp, d, 120.0);
   setup.group = group.group.get();
   train::BenchResult r = train::bench_mode(setup, train::bench_modes_parse("ddp")[0]);
@@ -195,9 +213,15 @@ int run_bench_worker(const BenchArgs& a) {
 }
 
 struct PeerResult {
-  std::string label;
+  std::string label, precision;
   double tokens_per_s = 0;
 };
+
+// The precisions `--precision` asks for, in table order.
+std::vector<std::string> precisions_of(const BenchArgs& a) {
+  if (a.precision == "both") return {"fp32", "bf16"};
+  return {a.precision};
+}
 
 // `s` as one word for /bin/sh (a config path with a space or a quote stays one).
 std::string shell_quote(const std::string& s) {
@@ -216,7 +240,8 @@ std::string python_with_torch() {
 }
 
 // PyTorch on the same config and batch: DDP (gloo on CPU, nccl on GPUs) over as
-// many processes as fanout has devices, and nn.DataParallel on GPUs.
+// many processes as fanout has devices, and nn.DataParallel on GPUs; in fp32 and,
+// for bf16, under torch.autocast(bfloat16) (Lightning's bf16-mixed).
 std::vector<PeerResult> run_peers(const BenchArgs& a, const std::vector<Device>& devices) {
   std::string py = python_with_torch();
   FANOUT_CHECK(!py.empty(), "--peers needs PyTorch (python3 with torch)");
@@ -233,23 +258,27 @@ std::vector<PeerResult> run_peers(const BenchArgs& a, const std::vector<Device>&
   if (cuda) runs.push_back({"PyTorch nn.DataParallel", "--mode dp"});
   std::vector<PeerResult> out;
   PrivateTempDir tmp("fanout-peer");
-  for (const auto& [label, mode] : runs) {
-    std::string json = tmp.path + "/peer.json";
-    std::string cmd = py + " " + shell_quote(script) + " --config " +
-                      shell_quote(a.config_file.empty() ? a.preset : a.config_file) +
-                      " --batch-size " + std::to_string(a.batch_size) + " --seq-len " +
-                      std::to_string(a.seq_len) + " --steps " + std::to_string(a.steps) +
-                      " --warmup " + std::to_string(a.warmup) + " --nproc " +
-                      std::to_string(devices.size()) + " --device " + (cuda ? "cuda" : "cpu") +
-                      " " + mode + " --json " + shell_quote(json) + " >/dev/null";
-    int rc = std::system(cmd.c_str());
-    FANOUT_CHECK(rc == 0, "the PyTorch peer failed: ", cmd);
-    std::ifstream in(json);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    FANOUT_CHECK(!j.is_discarded() && j.contains("tokens_per_s"),
-                 "the PyTorch peer wrote no figures");
-    out.push_back({label + ", torch " + j.value("torch", std::string("?")), j["tokens_per_s"]});
-    std::filesystem::remove(json);
+  for (const std::string& precision : precisions_of(a)) {
+    for (const auto& [label, mode] : runs) {
+      std::string json = tmp.path + "/peer.json";
+      std::string cmd =
+          py + " " + shell_quote(script) + " --config " +
+          shell_quote(a.config_file.empty() ? a.preset : a.config_file) + " --batch-size " +
+          std::to_string(a.batch_size) + " --seq-len " + std::to_string(a.seq_len) + " --steps " +
+          std::to_string(a.steps) + " --warmup " + std::to_string(a.warmup) + " --nproc " +
+          std::to_string(devices.size()) + " --device " + (cuda ? "cuda" : "cpu") + " " + mode +
+          " --precision " + precision + " --json " + shell_quote(json) + " >/dev/null";
+      int rc = std::system(cmd.c_str());
+      FANOUT_CHECK(rc == 0, "the PyTorch peer failed: ", cmd);
+      std::ifstream in(json);
+      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+      FANOUT_CHECK(!j.is_discarded() && j.contains("tokens_per_s"),
+                   "the PyTorch peer wrote no figures");
+      std::string how = precision == "bf16" ? ", bf16 autocast" : ", fp32";
+      out.push_back({label + how + ", torch " + j.value("torch", std::string("?")), precision,
+                     j["tokens_per_s"]});
+      std::filesystem::remove(json);
+    }
   }
   return out;
 }
@@ -270,14 +299,26 @@ void check_outputs(const BenchArgs& a) {
   }
 }
 
-int run_bench(const BenchArgs& a) {
+int run_bench(const BenchArgs& given) {
+  BenchArgs a = given;
   check_outputs(a);
+  FANOUT_CHECK(a.precision == "fp32" || a.precision == "bf16" || a.precision == "both",
+               "--precision must be fp32, bf16 or both, got '", a.precision, "'");
+  FANOUT_CHECK(a.grad_comm == "fp32" || a.grad_comm == "bf16",
+               "--grad-comm must be fp32 or bf16, got '", a.grad_comm, "'");
   train::BenchSetup setup;
   setup.config = config_of(a);
   setup.devices = devices_parse(a.devices);
   devices_check_available(setup.devices);
   for (const Device& d : setup.devices)
     FANOUT_CHECK(!d.is_bare(), "--devices needs indices, e.g. cpu:0,cpu:1");
+  if (setup.devices[0].is_cuda()) {
+    FANOUT_CHECK(a.precision != "bf16" && a.grad_comm == "fp32",
+                 "bf16 runs on CPU devices for now; on CUDA devices it arrives with the CUDA "
+                 "backend issue (use --precision fp32)");
+    a.precision = "fp32";  // the default "both" measures what CUDA devices run
+  }
+  setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
   setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
   setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
   FANOUT_CHECK(a.bucket_mb > 0, "--bucket-mb must be positive, got ", a.bucket_mb);
@@ -302,35 +343,58 @@ int run_bench(const BenchArgs& a) {
       "warm-up, devices %s\n",
       static_cast<long long>(setup.config.num_parameters()), static_cast<long long>(a.batch_size),
       static_cast<long long>(a.seq_len), a.steps, a.warmup, devices_str(setup.devices).c_str());
-  std::printf("%-22s %10s %8s %8s  %7s %7s %7s %7s %7s %8s %7s %7s  %s\n", "mode", "tokens/s",
-              "speed-up", "step ms", "scatter", "replic.", "forward", "gather", "loss", "backward",
-              "reduce", "optim.", "peak bytes per device");
-  // One device, whole batch: the baseline every speed-up is measured against.
+  std::printf("%-24s %10s %8s %8s  %7s %7s %7s %7s %7s %8s %7s %7s  %9s %9s  %s\n", "mode",
+              "tokens/s", "speed-up", "step ms", "scatter", "replic.", "forward", "gather", "loss",
+              "backward", "reduce", "optim.", "sent/step", "sums/step", "peak bytes per device");
+  // One device, whole batch, fp32: the baseline every speed-up is measured against.
   train::BenchSetup one = setup;
   one.devices = {setup.devices[0]};
   train::BenchResult base = train::bench_mode(one, train::bench_modes_parse("dp-replicas")[0]);
   base.mode = "1 device (" + setup.devices[0].str() + ")";
   print_row(base, base.tokens_per_s);
   std::vector<train::BenchResult> results;
-  for (size_t i = 0; i < modes.size(); ++i) {
-    if (!a.trace.empty() && i + 1 == modes.size()) Trace::global().set_enabled(true);
-    results.push_back(modes[i].name == "ddp" ? bench_ddp(a, setup.devices)
-                                             : train::bench_mode(setup, modes[i]));
-    print_row(results.back(), base.tokens_per_s);
+  const std::vector<std::string> precisions = precisions_of(a);
+  for (const std::string& precision : precisions) {
+    train::BenchSetup ps = setup;
+    ps.working = precision == "bf16" ? DType::bf16 : DType::f32;
+    for (size_t i = 0; i < modes.size(); ++i) {
+      bool last = precision == precisions.back() && i + 1 == modes.size();
+      if (!a.trace.empty() && last) Trace::global().set_enabled(true);
+      results.push_back(modes[i].name == "ddp" ? bench_ddp(a, setup.devices, precision)
+                                               : train::bench_mode(ps, modes[i]));
+      print_row(results.back(), base.tokens_per_s);
+    }
   }
   std::vector<PeerResult> peers;
-  if (a.peers) {
-    peers = run_peers(a, setup.devices);
-    double best = 0;
-    std::string best_mode;
+  if (a.peers) peers = run_peers(a, setup.devices);
+  for (const auto& p : peers) {
+    std::printf("%-24s %10.0f %7.2fx   %s\n", "PyTorch peer", p.tokens_per_s,
+                p.tokens_per_s / base.tokens_per_s, p.label.c_str());
+  }
+  // The ratios the comparison is about, each from this one run.
+  auto best_of = [&](const std::string& precision) {
+    const train::BenchResult* best = nullptr;
     for (const auto& r : results)
-      if (r.tokens_per_s > best) best = r.tokens_per_s, best_mode = r.mode;
-    for (const auto& p : peers) {
-      std::printf("%-22s %10.0f %7.2fx   (fanout's best, %s, is %.2fx this)\n", "PyTorch peer",
-                  p.tokens_per_s, p.tokens_per_s / base.tokens_per_s, best_mode.c_str(),
-                  best / p.tokens_per_s);
-      std::printf("  %s\n", p.label.c_str());
-    }
+      if (r.precision == precision && (!best || r.tokens_per_s > best->tokens_per_s)) best = &r;
+    return best;
+  };
+  auto peer_of = [&](const std::string& precision) -> const PeerResult* {
+    for (const auto& p : peers)
+      if (p.precision == precision && p.label.rfind("PyTorch DDP", 0) == 0) return &p;
+    return nullptr;
+  };
+  for (const std::string& precision : precisions) {
+    const train::BenchResult* best = best_of(precision);
+    if (!best) continue;
+    std::printf("fanout %s best: %s, %.0f tokens/s", precision.c_str(), best->mode.c_str(),
+                best->tokens_per_s);
+    if (const PeerResult* p = peer_of(precision))
+      std::printf(" = %.2fx PyTorch DDP %s", best->tokens_per_s / p->tokens_per_s,
+                  precision == "bf16" ? "bf16 autocast" : "fp32");
+    const train::BenchResult* f32 = best_of("fp32");
+    if (precision == "bf16" && f32)
+      std::printf(" = %.2fx fanout fp32 best", best->tokens_per_s / f32->tokens_per_s);
+    std::printf("\n");
   }
   if (!a.trace.empty()) {
     Trace::global().set_enabled(false);
@@ -341,7 +405,8 @@ int run_bench(const BenchArgs& a) {
   if (!a.svg.empty()) {
     std::vector<train::SvgRow> rows;
     auto add = [&](const train::BenchResult& r) {
-      rows.push_back({r.mode, r.tokens_per_s, r.tokens_per_s / base.tokens_per_s, true, r.phases});
+      std::string label = r.mode + (r.precision == "bf16" ? " bf16" : "");
+      rows.push_back({label, r.tokens_per_s, r.tokens_per_s / base.tokens_per_s, true, r.phases});
     };
     add(base);
     for (const auto& r : results) add(r);
@@ -361,18 +426,25 @@ int run_bench(const BenchArgs& a) {
     auto row = [&](const train::BenchResult& r) {
       nlohmann::json peaks = nlohmann::json::object();
       for (const auto& p : r.peaks) peaks[p.device] = p.peak_bytes;
-      return nlohmann::json{{"mode", r.mode},
-                            {"devices", r.devices},
-                            {"tokens_per_s", r.tokens_per_s},
-                            {"speedup", r.tokens_per_s / base.tokens_per_s},
-                            {"step_s", r.step_s},
-                            {"phases_s", phases_json(r.phases)},
-                            {"peak_bytes", peaks}};
+      return nlohmann::json{
+          {"mode", r.mode},
+          {"devices", r.devices},
+          {"precision", r.precision},
+          {"grad_comm", r.grad_comm},
+          {"comm_bytes_per_step", {{"replicate", r.comm.replicate}, {"reduce", r.comm.reduce}}},
+          {"tokens_per_s", r.tokens_per_s},
+          {"speedup", r.tokens_per_s / base.tokens_per_s},
+          {"step_s", r.step_s},
+          {"phases_s", phases_json(r.phases)},
+          {"peak_bytes", peaks}};
     };
     rows.push_back(row(base));
     for (const auto& r : results) rows.push_back(row(r));
     for (const auto& p : peers) {
-      rows.push_back({{"mode", p.label}, {"peer", true}, {"tokens_per_s", p.tokens_per_s}});
+      rows.push_back({{"mode", p.label},
+                      {"peer", true},
+                      {"precision", p.precision},
+                      {"tokens_per_s", p.tokens_per_s}});
     }
     nlohmann::json doc = {{"parameters", setup.config.num_parameters()},
                           {"batch_size", a.batch_size},
@@ -387,6 +459,8 @@ int run_bench(const BenchArgs& a) {
 }
 
 int run_bench_ops(const BenchArgs& a) {
+  FANOUT_CHECK(a.op_dtype == "f32" || a.op_dtype == "bf16" || a.op_dtype == "both",
+               "--dtype must be f32, bf16 or both, got '", a.op_dtype, "'");
   Device device = device_parse(a.op_device);
   devices_check_available({device});
   FANOUT_CHECK(device.is_cpu(), "fanout bench ops measures the CPU kernels: use --device cpu:N");
@@ -394,13 +468,21 @@ int run_bench_ops(const BenchArgs& a) {
   FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len ", a.seq_len,
                " exceeds max_position_embeddings ", config.max_position_embeddings);
   train::memory_check_fits(config, {device}, {a.batch_size, a.batch_size, a.seq_len, false, false});
+  std::vector<DType> dtypes;
+  if (a.op_dtype != "bf16") dtypes.push_back(DType::f32);
+  if (a.op_dtype != "f32") dtypes.push_back(DType::bf16);
   std::printf("fanout bench ops: %s, batch %lld x %lld, %d repeats, single-threaded GEMMs\n",
               a.config_file.empty() ? a.preset.c_str() : a.config_file.c_str(),
               static_cast<long long>(a.batch_size), static_cast<long long>(a.seq_len), a.repeats);
-  std::printf("%-20s %-42s %10s %10s %10s\n", "op", "shape", "GFLOP", "ms", "GFLOP/s");
-  for (const auto& r : train::bench_ops(config, device, a.batch_size, a.seq_len, a.repeats)) {
-    std::printf("%-20s %-42s %10.3f %10.2f %10.2f\n", r.op.c_str(), r.shape.c_str(), r.gflop,
-                r.seconds * 1e3, r.gflops());
+  for (DType dt : dtypes) {
+    std::printf("matmul %s: %s\n", dtype_name(dt), ops::cpu::matmul_engine(dt).c_str());
+  }
+  std::printf("%-24s %-42s %10s %10s %10s\n", "op", "shape", "GFLOP", "ms", "GFLOP/s");
+  for (DType dt : dtypes) {
+    for (const auto& r : train::bench_ops(config, device, a.batch_size, a.seq_len, a.repeats, dt)) {
+      std::printf("%-24s %-42s %10.3f %10.2f %10.2f\n", r.op.c_str(), r.shape.c_str(), r.gflop,
+                  r.seconds * 1e3, r.gflops());
+    }
   }
   return 0;
 }
@@ -425,6 +507,9 @@ Command add_bench_command(CLI::App& app) {
     // 0 passes the range check and is refused with a message of its own (> 0).
     add_number(c, "--bucket-mb", a->bucket_mb, "Bucket size for dp-overlap", 0.0,
                train::kMaxBucketMb);
+    c->add_option("--grad-comm", a->grad_comm,
+                  "fp32 or bf16: the dtype gradient sums travel in (bf16: half the bytes)")
+        ->capture_default_str();
   };
   common(cmd);
   cmd->add_option("--devices", a->devices, "Devices")->capture_default_str();
@@ -432,6 +517,9 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   timing(cmd);
   cmd->add_option("--json", a->json, "Also write the figures to this file");
+  cmd->add_option("--precision", a->precision,
+                  "fp32, bf16 (mixed precision) or both: every mode in each")
+      ->capture_default_str();
   cmd->add_flag("--peers", a->peers,
                 "Also run PyTorch on the same config and batch (tests/reference/peer_bench.py)");
   cmd->add_option("--svg", a->svg, "Draw throughput and the step-time breakdown as an SVG");
@@ -440,19 +528,24 @@ Command add_bench_command(CLI::App& app) {
   common(ops);
   ops->add_option("--device", a->op_device, "A CPU device")->capture_default_str();
   add_number(ops, "--repeats", a->repeats, "Timed repetitions", 1, kMaxSteps);
+  ops->add_option("--dtype", a->op_dtype,
+                  "f32, bf16 or both: the inputs' dtype (bf16: f32 gradients and logits)")
+      ->capture_default_str();
   // One rank of the ddp row, started by `fanout launch` from `fanout bench`.
   auto* worker = app.add_subcommand("bench-worker", "")->group("");
   common(worker);
   worker->add_option("--devices", a->devices);
   timing(worker);
   worker->add_option("--json", a->json)->required();
+  worker->add_option("--precision", a->precision);
   return [cmd, ops, worker, a]() -> int {
     if (worker->parsed()) return run_bench_worker(*a);
     if (!cmd->parsed()) return -1;
     if (ops->parsed()) {
       // `fanout bench --json x ops` would otherwise accept flags that ops never reads.
-      for (const char* flag : {"--devices", "--modes", "--steps", "--warmup", "--bucket-mb",
-                               "--json", "--peers", "--svg", "--trace"}) {
+      for (const char* flag :
+           {"--devices", "--modes", "--steps", "--warmup", "--bucket-mb", "--json", "--peers",
+            "--svg", "--trace", "--precision", "--grad-comm"}) {
         FANOUT_CHECK(cmd->count(flag) == 0, flag, " does not apply to fanout bench ops");
       }
       return run_bench_ops(*a);

@@ -26,6 +26,7 @@ struct EvalArgs {
   std::string checkpoint, data, devices = "cpu:0";
   int64_t batch_size = 4, seq_len = 64, max_batches = 0;
   bool json = false;
+  std::string precision = "fp32";
 };
 
 int run_eval(const EvalArgs& a) {
@@ -34,6 +35,7 @@ int run_eval(const EvalArgs& a) {
   FANOUT_CHECK(!a.data.empty(), "--data: an empty string is not a file name");
   std::vector<Device> devices = devices_parse(a.devices);
   devices_check_available(devices);
+  const DType working = train::precision_dtype(a.precision, devices);
   models::LlamaConfig config = models::llama_load_config(a.checkpoint);
   FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len ", a.seq_len,
                " exceeds the checkpoint's max_position_embeddings (",
@@ -46,8 +48,8 @@ int run_eval(const EvalArgs& a) {
   options.device_ids = devices;
   options.loss_on = parallel::LossOn::replicas;
   auto factory = [&](Device d, int i) {
-    auto m = std::make_unique<models::LlamaModel>(config, d,
-                                                  parallel::replica_lane(devices, i, "compute"));
+    auto m = std::make_unique<models::LlamaModel>(
+        config, d, parallel::replica_lane(devices, i, "compute"), working);
     if (i == 0) models::llama_load_weights(*m, a.checkpoint);  // broadcast to the others
     return m;
   };
@@ -66,10 +68,10 @@ int run_eval(const EvalArgs& a) {
   double loss = loss_sum / static_cast<double>(tokens);
   std::printf(
       "eval: loss %.6f (perplexity %.3f) over %lld tokens in %lld batches of %lld x %lld "
-      "on %s\n",
+      "on %s, %s\n",
       loss, std::exp(loss), static_cast<long long>(tokens), static_cast<long long>(batches),
       static_cast<long long>(a.batch_size), static_cast<long long>(a.seq_len),
-      devices_str(devices).c_str());
+      devices_str(devices).c_str(), a.precision.c_str());
   if (a.json) {
     nlohmann::json j = {
         {"loss", loss}, {"tokens", tokens}, {"batches", batches}, {"perplexity", std::exp(loss)}};
@@ -92,6 +94,9 @@ Command add_eval_command(CLI::App& app) {
       ->capture_default_str();
   add_number(cmd, "--max-batches", a->max_batches, "Stop after N batches (0: the whole file)",
              int64_t{0}, train::kMaxCount);
+  cmd->add_option("--precision", a->precision,
+                  "fp32, or bf16 (the forward in mixed precision, as training runs it)")
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print a JSON object as the last line");
   return [cmd, a]() -> int { return cmd->parsed() ? run_eval(*a) : -1; };
 }

@@ -32,6 +32,7 @@ struct GenerateArgs {
   double temperature = 0.8;
   uint64_t seed = 1234;
   bool json = false, stop_at_eot = false;
+  std::string precision = "fp32";
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -83,7 +84,8 @@ int run_generate(const GenerateArgs& a) {
   Device device = device_parse(a.device);
   FANOUT_CHECK(!device.is_bare(), "--device needs an index, e.g. cpu:0");
   devices_check_available({device});
-  auto model = models::llama_load(a.checkpoint, device);
+  auto model =
+      models::llama_load(a.checkpoint, device, train::precision_dtype(a.precision, {device}));
   std::vector<int32_t> prompt;
   if (!a.prompt_ids.empty()) {
     prompt = parse_ids(a.prompt_ids);
@@ -137,6 +139,8 @@ Command add_generate_command(CLI::App& app) {
              std::numeric_limits<uint64_t>::max());
   cmd->add_option("--device", a->device, "Device to run on")->capture_default_str();
   cmd->add_flag("--stop-at-eot", a->stop_at_eot, "Stop when the model emits EOT");
+  cmd->add_option("--precision", a->precision, "fp32, or bf16 (mixed precision weights)")
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print prompt ids, generated ids and text as JSON");
   return [cmd, a]() -> int { return cmd->parsed() ? run_generate(*a) : -1; };
 }

@@ -70,7 +70,12 @@ Command add_train_command(CLI::App& app) {
   num("beta2", o->beta2, 0.0, 1.0, "AdamW beta2");
   num("eps", o->eps, 0.0, 1.0, "AdamW epsilon");
   num("clip", o->clip, 0.0, 1e9, "Global gradient-norm clip (0: off)");
-  add("precision", o->precision, "fp32 (bf16 mixed precision is not implemented yet)");
+  add("precision", o->precision,
+      "fp32, or bf16 mixed precision (fp32 master weights, optimizer and gradients; bf16 "
+      "GEMMs and activations). Default fp32 on every device: CUDA devices take bf16 once the "
+      "CUDA backend has run it on a GPU");
+  add("grad-comm", o->grad_comm,
+      "fp32 or bf16: the dtype gradients are summed across devices in (bf16 halves the bytes)");
   num("seed", o->seed, uint64_t{0}, std::numeric_limits<uint64_t>::max(),
       "Initialisation and shuffling seed");
   // run

@@ -92,16 +92,19 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
   options.overlap = mode.overlap;
   options.bucket_mb = setup.bucket_mb;
   options.process_group = setup.group;
+  options.grad_comm = setup.grad_comm;
   const std::vector<Device>& ids = setup.devices;
   std::map<std::pair<int, int>, Device> distinct;
   for (const Device& d : ids) distinct.emplace(std::make_pair(int(d.kind), d.index), d);
   BenchResult result;
   result.mode = mode.name;
   result.devices = devices_str(ids);
+  result.precision = setup.working == DType::bf16 ? "bf16" : "fp32";
+  result.grad_comm = setup.grad_comm == DType::bf16 ? "bf16" : "fp32";
   {
     auto factory = [&](Device d, int i) {
-      auto m = std::make_unique<models::LlamaModel>(config, d,
-                                                    parallel::replica_lane(ids, i, "compute"));
+      auto m = std::make_unique<models::LlamaModel>(
+          config, d, parallel::replica_lane(ids, i, "compute"), setup.working);
       if (i == 0) m->init_random(1);
       return m;
     };
@@ -116,6 +119,7 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
     Optimizer opt(dp, decay_runs(models::LlamaLayout(config)), adam);
     double elapsed = 0;
     parallel::PhaseTimes total;
+    parallel::CommBytes bytes;
     for (int s = 0; s < setup.warmup + setup.steps; ++s) {
       if (s == setup.warmup) {
         for (auto& [key, d] : distinct) allocator_for(d).reset_peak();
@@ -130,8 +134,13 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
       double sums[2] = {st.loss_sum, static_cast<double>(st.count)};
       if (setup.group) setup.group->all_reduce_host(sums, 2);
       result.last_loss = sums[0] / sums[1];
-      if (s >= setup.warmup) elapsed += secs, total += dp.last_times();
+      if (s >= setup.warmup) {
+        elapsed += secs, total += dp.last_times();
+        parallel::CommBytes b = dp.comm_bytes();
+        bytes.replicate += b.replicate, bytes.reduce += b.reduce;
+      }
     }
+    result.comm = {bytes.replicate / setup.steps, bytes.reduce / setup.steps};
     result.step_s = elapsed / setup.steps;
     result.tokens_per_s = static_cast<double>(n) * setup.steps / elapsed;  // the global batch
     result.phases = scaled(total, 1.0 / setup.steps);
@@ -143,18 +152,25 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
 }
 
 std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& c, Device device, int64_t batch,
-                                  int64_t seq_len, int repeats) {
+                                  int64_t seq_len, int repeats, DType dtype) {
   FANOUT_CHECK(batch > 0 && seq_len > 0 && repeats > 0, "sizes must be positive");
+  FANOUT_ASSERT(dtype == DType::f32 || dtype == DType::bf16, "bench_ops: ", dtype_name(dtype));
   // The largest buffers below: x, y, dx and w, dw of lm_head, and q, k, v, o, dq.
   const int64_t N = size_mul("--batch-size x --seq-len tokens", {batch, seq_len});
   const int64_t C = c.hidden_size;
   memory_check_fits(c, {device}, {batch, batch, seq_len, false, false});
   Stream s(device, device.str() + " bench");
-  auto make = [&](int64_t numel) {
+  // Inputs in `dtype` (bf16: the working copies of mixed precision); gradients f32.
+  auto make_as = [&](int64_t numel, DType dt) {
+    if (dt == DType::bf16) {
+      return tensor_from_vector(s, std::vector<uint16_t>(numel, float_to_bf16(0.01f)), {numel},
+                                DType::bf16, device);
+    }
     Tensor t = Tensor::empty({numel}, DType::f32, device);
     flat_fill(s, t, 0.01f);
     return t;
   };
+  auto make = [&](int64_t numel) { return make_as(numel, dtype); };
   auto time = [&](const std::function<void()>& fn) {
     fn();  // warm-up
     s.synchronize();
@@ -163,6 +179,7 @@ std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& c, Device device, i
     s.synchronize();
     return std::chrono::duration<double>(Clock::now() - t0).count() / repeats;
   };
+  const std::string tag = dtype == DType::bf16 ? " bf16" : " f32";
   std::vector<OpBenchRow> rows;
   struct Shape {
     const char* what;
@@ -173,28 +190,31 @@ std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& c, Device device, i
                           {"down_proj", c.intermediate_size, C},
                           {"lm_head", C, c.vocab_size}};
   for (const Shape& sh : shapes) {
-    Tensor x = make(N * sh.in), w = make(sh.out * sh.in), y = make(N * sh.out);
-    Tensor dx = make(N * sh.in), dw = make(sh.out * sh.in);
+    // bf16: projections store bf16 activations, lm_head f32 logits for the loss.
+    const bool f32_out = dtype == DType::f32 || std::string(sh.what) == "lm_head";
+    Tensor x = make(N * sh.in), w = make(sh.out * sh.in), dy = make(N * sh.out);
+    Tensor y = make_as(N * sh.out, f32_out ? DType::f32 : dtype);
+    Tensor dx = make_as(N * sh.in, DType::f32), dw = make_as(sh.out * sh.in, DType::f32);
     std::ostringstream shape;
     shape << N << "x" << sh.in << " . " << sh.in << "x" << sh.out << " (" << sh.what << ")";
     double flop = 2.0 * N * sh.in * sh.out / 1e9;
-    rows.push_back({"matmul forward", shape.str(), flop,
+    rows.push_back({"matmul forward" + tag, shape.str(), flop,
                     time([&] { ops::matmul_forward(s, y, x, w, N, sh.in, sh.out); })});
-    rows.push_back({"matmul backward", shape.str(), 2 * flop,
-                    time([&] { ops::matmul_backward(s, dx, dw, y, x, w, N, sh.in, sh.out); })});
+    rows.push_back({"matmul backward" + tag, shape.str(), 2 * flop,
+                    time([&] { ops::matmul_backward(s, dx, dw, dy, x, w, N, sh.in, sh.out); })});
   }
   int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
   Tensor q = make(N * H * D), k = make(N * KV * D), v = make(N * KV * D), o = make(N * H * D);
-  Tensor lse = make(batch * H * seq_len), dq = make(N * H * D), dk = make(N * KV * D),
-         dv = make(N * KV * D);
+  Tensor lse = make_as(batch * H * seq_len, DType::f32), dq = make(N * H * D),
+         dk = make(N * KV * D), dv = make(N * KV * D);
   std::ostringstream shape;
   shape << "B=" << batch << " T=" << seq_len << " H=" << H << " KV=" << KV << " D=" << D;
   // Causal: half of the T x T scores, two GEMM-like products (QK^T, PV).
   double flop = 2.0 * batch * H * seq_len * seq_len * D / 1e9;
-  rows.push_back({"attention forward", shape.str(), flop, time([&] {
+  rows.push_back({"attention forward" + tag, shape.str(), flop, time([&] {
                     ops::attention_forward(s, o, lse, q, k, v, batch, seq_len, seq_len, H, KV, D);
                   })});
-  rows.push_back({"attention backward", shape.str(), 2.5 * flop, time([&] {
+  rows.push_back({"attention backward" + tag, shape.str(), 2.5 * flop, time([&] {
                     ops::attention_backward(s, dq, dk, dv, o, q, k, v, o, lse, batch, seq_len, H,
                                             KV, D);
                   })});

@@ -29,8 +29,10 @@ struct DevicePeak {
 
 struct BenchResult {
   std::string mode, devices;
+  std::string precision = "fp32", grad_comm = "fp32";
   double tokens_per_s = 0, step_s = 0, last_loss = 0;
   parallel::PhaseTimes phases;  // mean seconds per step
+  parallel::CommBytes comm;     // mean bytes per step, from the engine's counters
   std::vector<DevicePeak> peaks;
 };
 
@@ -43,6 +45,8 @@ struct BenchSetup {
   int64_t batch_size = 16, seq_len = 128;
   int steps = 5, warmup = 1;
   double bucket_mb = 25.0;
+  // The replicas' working dtype (bf16: mixed precision) and the gradient sums'.
+  DType working = DType::f32, grad_comm = DType::f32;
 };
 
 BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode);
@@ -54,7 +58,8 @@ struct OpBenchRow {
 };
 // matmul (forward and backward) at the preset's projection shapes and causal
 // attention at its head shape, on one device, for `tokens` rows of seq_len.
+// dtype: the inputs' (f32, or bf16 with f32 gradients and lm_head logits).
 std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& config, Device device, int64_t batch,
-                                  int64_t seq_len, int repeats);
+                                  int64_t seq_len, int repeats, DType dtype = DType::f32);
 
 }  // namespace fanout::train

@@ -38,6 +38,7 @@ namespace fanout::train {
   X("clip", clip)                           \
   X("schedule", schedule)                   \
   X("precision", precision)                 \
+  X("grad-comm", grad_comm)                 \
   X("seed", seed)                           \
   X("save-every", save_every)               \
   X("eval-every", eval_every)               \
@@ -106,8 +107,10 @@ void train_options_merge(TrainOptions& o, const nlohmann::json& j,
 #define X(name, member) merge_one(o.member, j, name, keep);
   FANOUT_TRAIN_OPTIONS(X)
 #undef X
-  // Checkpoints before precision was validated saved "" for "the device's default".
+  // Checkpoints before precision was validated saved "" for "the device's default";
+  // checkpoints before --grad-comm have none (fp32).
   if (o.precision.empty()) o.precision = "fp32";
+  if (o.grad_comm.empty()) o.grad_comm = "fp32";
 }
 
 void train_options_validate(const TrainOptions& o) {
@@ -136,12 +139,22 @@ void train_options_validate(const TrainOptions& o) {
                "--strategy must be dp, zero1 or ddp, got '", o.strategy, "'");
   FANOUT_CHECK(o.loss_on == "output" || o.loss_on == "replicas",
                "--loss-on must be output or replicas, got '", o.loss_on, "'");
-  // Note [Precision until mixed precision lands]: bf16 is refused rather than accepted
-  // and ignored; issue [2/6] implements it on every device kind.
-  FANOUT_CHECK(o.precision != "bf16",
-               "--precision bf16 is not implemented yet: every device trains in fp32 for now "
-               "(use --precision fp32)");
-  FANOUT_CHECK(o.precision == "fp32", "--precision must be fp32, got '", o.precision, "'");
+  FANOUT_CHECK(o.precision == "fp32" || o.precision == "bf16",
+               "--precision must be fp32 or bf16, got '", o.precision, "'");
+  FANOUT_CHECK(o.grad_comm == "fp32" || o.grad_comm == "bf16",
+               "--grad-comm must be fp32 or bf16, got '", o.grad_comm, "'");
+}
+
+DType precision_dtype(const std::string& precision, const std::vector<Device>& devices,
+                      const char* flag) {
+  FANOUT_CHECK(precision == "fp32" || precision == "bf16", flag, " must be fp32 or bf16, got '",
+               precision, "'");
+  if (precision == "fp32") return DType::f32;
+  for (const Device& d : devices) {
+    FANOUT_CHECK(!d.is_cuda(), flag, " bf16 runs on CPU devices for now; on ", d.str(),
+                 " it arrives with the CUDA backend issue (use fp32)");
+  }
+  return DType::bf16;
 }
 
 int64_t preset_seq_len(const std::string& preset) {

@@ -7,8 +7,12 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "engine/core/device.h"
+#include "engine/core/dtype.h"
 
 namespace fanout::train {
 
@@ -29,7 +33,9 @@ struct TrainOptions {
   int64_t steps = 300, warmup = 30;
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8,
          clip = 1.0;
-  std::string schedule = "cosine", precision = "fp32";  // bf16: not implemented yet
+  // precision: fp32, or bf16 mixed precision (Note [Mixed precision] in
+  // models/llama_model.cpp); grad_comm: the dtype gradient sums travel in.
+  std::string schedule = "cosine", precision = "fp32", grad_comm = "fp32";
   uint64_t seed = 1234;
   // run
   std::string out, resume, trace;
@@ -53,6 +59,12 @@ nlohmann::json train_options_to_json(const TrainOptions& o);
 // again); run-local settings (out, resume, trace, json, devices) are never taken.
 void train_options_merge(TrainOptions& o, const nlohmann::json& j,
                          const std::set<std::string>& keep);
+
+// The working dtype of `--precision` (fp32 or bf16) for a run on `devices`;
+// refuses an unknown name, and bf16 on CUDA devices (it arrives with the CUDA
+// backend issue), naming `flag`.
+DType precision_dtype(const std::string& precision, const std::vector<Device>& devices,
+                      const char* flag = "--precision");
 
 // The preset's default sequence length (tiny 128, small 256, seed 512).
 int64_t preset_seq_len(const std::string& preset);

@@ -175,10 +175,12 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   dpo.overlap = o.overlap;
   dpo.bucket_mb = o.bucket_mb;
   dpo.process_group = group;
+  dpo.grad_comm = o.grad_comm == "bf16" ? DType::bf16 : DType::f32;
   const std::vector<Device>& ids = s.devices;
+  const DType working = o.precision == "bf16" ? DType::bf16 : DType::f32;
   auto factory = [&](Device d, int i) {
     return std::make_unique<models::LlamaModel>(s.config, d,
-                                                parallel::replica_lane(ids, i, "compute"));
+                                                parallel::replica_lane(ids, i, "compute"), working);
   };
   parallel::DataParallel dp(factory, dpo, cross_entropy_loss_functions());
   auto& primary = dynamic_cast<models::LlamaModel&>(dp.primary());
@@ -222,6 +224,7 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
     Checkpoint c;
     c.config = s.config;
     c.params.resize(layout.total());
+    dp.gather_master();  // zero1 in bf16 keeps each shard's fp32 master on its owner
     tensor_to_host(primary.compute_stream(), primary.params(), c.params.data());
     opt.state_to_host(c.exp_avg, c.exp_avg_sq);
     c.state.step = step;
@@ -239,10 +242,11 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   char header[512];
   std::snprintf(
       header, sizeof header,
-      "fanout train: %.2fM parameters on %s | %s, loss on %s%s | batch %lld x %lld%s | "
+      "fanout train: %.2fM parameters on %s | %s, loss on %s%s | %s%s | batch %lld x %lld%s | "
       "steps %lld..%lld | data %s (%lld tokens) | out %s",
       s.config.num_parameters() / 1e6, where.c_str(), o.strategy.c_str(), o.loss_on.c_str(),
-      o.overlap ? ", overlap" : "", static_cast<long long>(o.batch_size),
+      o.overlap ? ", overlap" : "", o.precision == "bf16" ? "bf16 mixed precision" : "fp32",
+      o.grad_comm == "bf16" ? ", bf16 gradient sums" : "", static_cast<long long>(o.batch_size),
       static_cast<long long>(o.seq_len),
       o.grad_accum > 1 ? (" in " + std::to_string(o.grad_accum) + " micro-batches").c_str() : "",
       static_cast<long long>(start), static_cast<long long>(o.steps), s.train_data.path.c_str(),

@@ -1,11 +1,8 @@
 #include "apps/train/walkthrough.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
-#include <cstdio>
 #include <memory>
 
 #include "apps/train/bench.h"
@@ -15,6 +12,8 @@
 #include "apps/train/memory_check.h"
 #include "apps/train/optimizer.h"
 #include "apps/train/trace_timeline.h"
+#include "apps/train/walkthrough_precision.h"
+#include "apps/train/walkthrough_prose.h"
 #include "engine/core/check.h"
 #include "engine/core/trace.h"
 #include "engine/parallel/data_parallel.h"
@@ -30,21 +29,8 @@ using parallel::DataParallel;
 using parallel::LossOn;
 using parallel::PhaseTimes;
 using parallel::Strategy;
+using namespace walk;
 
-std::string strf(const char* fmt, ...) {
-  va_list args, again;
-  va_start(args, fmt);
-  va_copy(again, args);
-  int n = std::vsnprintf(nullptr, 0, fmt, args);
-  va_end(args);
-  std::string out(static_cast<size_t>(std::max(n, 0)), '\0');
-  std::vsnprintf(out.data(), out.size() + 1, fmt, again);
-  va_end(again);
-  return out;
-}
-std::string ms(double seconds) {
-  return strf("%.2f ms", seconds * 1e3);
-}
 std::string us_ms(int64_t us) {
   return strf("%.2f ms", static_cast<double>(us) / 1e3);
 }
@@ -97,13 +83,15 @@ int64_t span_us(const std::vector<TraceSpan>& spans, const std::string& lane,
   return t;
 }
 
-constexpr size_t kWidth = 110, kIndent = 13;  // narration columns, continuation indent
-
 // The walkthrough's shared state and the narration of one mode.
-class Narrator {
+class Narrator : public Prose {
  public:
   Narrator(const WalkthroughOptions& o, std::ostream& out)
-      : o_(o), out_(out), layout_(o.config), P_(layout_.total()), V_(o.config.vocab_size) {
+      : Prose(out, o.color),
+        o_(o),
+        layout_(o.config),
+        P_(layout_.total()),
+        V_(o.config.vocab_size) {
     for (const Device& d : o.devices) {
       bool seen = false;
       for (const Device& e : distinct_) seen = seen || e == d;
@@ -114,49 +102,12 @@ class Narrator {
   }
 
   int64_t parameters() const { return P_; }
+  const TokenData& data() const { return data_; }
   void intro();
   WalkthroughMode run(const ModeSpec& spec, const std::vector<WalkthroughMode>& done);
   void summary(const std::vector<WalkthroughMode>& modes);
 
  private:
-  std::string bold(const std::string& s) const { return o_.color ? "\033[1m" + s + "\033[0m" : s; }
-  std::string heading(const std::string& s) const {
-    return o_.color ? "\033[1;36m" + s + "\033[0m" : s;
-  }
-  // "  label      text", the text word-wrapped to kWidth columns under itself.
-  void line(const std::string& label, const std::string& text) {
-    std::string pad = label.size() < 11 ? std::string(11 - label.size(), ' ') : " ";
-    out_ << "  " << bold(label) << pad;
-    wrap(text, 2 + label.size() + pad.size());
-  }
-  void more(const std::string& text) {
-    out_ << std::string(kIndent, ' ');
-    wrap(text, kIndent);
-  }
-  void wrap(const std::string& text, size_t column) {
-    // A space may break a line unless it sits inside a shape or range: "(3, 32, 259)".
-    auto breakable = [&](size_t i) {
-      return text[i] == ' ' && !(i > 0 && text[i - 1] == ',' && i + 1 < text.size() &&
-                                 std::isdigit(static_cast<unsigned char>(text[i + 1])));
-    };
-    size_t at = 0;
-    while (at < text.size()) {
-      size_t room = column < kWidth ? kWidth - column : 20, end = text.size();
-      if (end - at > room) {
-        size_t cut = at + room;
-        while (cut > at && !breakable(cut)) --cut;
-        if (cut == at) {  // one long word: break after it
-          cut = at + room;
-          while (cut < text.size() && !breakable(cut)) ++cut;
-        }
-        end = cut;
-      }
-      out_ << text.substr(at, end - at) << "\n";
-      at = end < text.size() ? end + 1 : end;
-      if (at < text.size()) out_ << std::string(kIndent, ' ');
-      column = kIndent;
-    }
-  }
   std::string dev(int r) const { return o_.devices[r].str(); }
   std::string lane(int r, const std::string& what) const {
     return parallel::replica_lane(o_.devices, r, what);
@@ -188,7 +139,6 @@ class Narrator {
                const std::vector<WalkthroughMode>& done);
 
   const WalkthroughOptions& o_;
-  std::ostream& out_;
   models::LlamaLayout layout_;
   int64_t P_, V_;
   std::vector<Device> distinct_;
@@ -390,27 +340,11 @@ void Narrator::narrate_reduce(const ModeSpec& spec, WalkthroughMode& m, DataPara
 }
 
 void Narrator::narrate_memory(WalkthroughMode& m, const std::vector<AllocatorStats>& base) {
-  std::vector<AllocatorStats> now = device_stats();
-  const MemTag tags[] = {MemTag::params,      MemTag::grads, MemTag::optimizer,
-                         MemTag::activations, MemTag::comm,  MemTag::data};
   out_ << "  " << bold("memory") << "     peak bytes per device during this mode (allocator stats "
        << "by tag, above what the device held before)\n";
-  std::string head = strf("%13s%-9s", "", "device");
-  for (MemTag t : tags) head += strf("%12s", mem_tag_name(t));
-  out_ << head << strf("%12s", "total") << "\n";
-  for (size_t i = 0; i < distinct_.size(); ++i) {
-    DeviceMemory d;
-    d.device = distinct_[i].str();
-    auto above = [&](const MemStats& peak, const MemStats& before) {
-      return peak.peak > before.live ? peak.peak - before.live : size_t{0};
-    };
-    d.total = above(now[i].total, base[i].total);
-    for (int k = 0; k < kNumMemTags; ++k) d.by_tag[k] = above(now[i].by_tag[k], base[i].by_tag[k]);
-    std::string row = strf("%13s%-9s", "", d.device.c_str());
-    for (MemTag t : tags) row += strf("%12s", bytes_str(d.tag(t)).c_str());
-    out_ << row << strf("%12s", bytes_str(d.total).c_str()) << "\n";
-    m.memory.push_back(d);
-  }
+  out_ << memory_table_head("device", 9) << "\n";
+  m.memory = memory_peaks(distinct_, base);
+  for (const DeviceMemory& d : m.memory) out_ << memory_table_row(d.device, 9, d) << "\n";
   if (m.name == "dp")
     more(
         "params, grads: the flat buffers; optimizer: AdamW m and v; activations: each replica's "
@@ -681,6 +615,9 @@ WalkthroughResult walkthrough_run(const WalkthroughOptions& o, std::ostream& out
     TraceOn recording;
     for (const ModeSpec& spec : kModes) result.modes.push_back(narrator.run(spec, result.modes));
   }
+  // Not traced: the trace shows the four modes.
+  result.precision = walk::walkthrough_precision(o, narrator.data(),
+                                                 static_cast<int>(result.modes.size()) + 1, out);
   narrator.summary(result.modes);
   if (!o.trace_path.empty()) {
     std::vector<TraceSpan> spans = Trace::global().spans();

@@ -3,7 +3,8 @@
 // Llama and the embedded corpus — faithful dp, --loss-on replicas, --overlap,
 // zero1 — each phase told with the engine's real numbers (rows, shapes, bytes,
 // milliseconds, bytes per device from the allocators), an ASCII timeline per
-// mode from the trace spans, and the whole trace written for Perfetto.
+// mode from the trace spans, and the whole trace written for Perfetto; then what
+// bf16 mixed precision and bf16 gradient sums change, from the byte counters.
 
 #include <array>
 #include <cstdint>
@@ -56,14 +57,31 @@ struct WalkthroughMode {
   int64_t early_reductions = 0;         // reduce spans that began before backward ended
 };
 
+// One run of the precision section: a strategy in one precision, two steps on the
+// modes' first batches. Bytes are DataParallel::comm_bytes(), the engine's counters
+// of what its collectives copied from one device to another.
+struct WalkthroughPrecisionRun {
+  std::string strategy;               // dp-replicas, zero1
+  std::string precision = "fp32";     // --precision: fp32, bf16
+  std::string grad_comm = "fp32";     // --grad-comm: fp32, bf16
+  int64_t first_replicate_bytes = 0;  // step 1: the fresh fp32 master (+ zero1's all-gather)
+  int64_t replicate_bytes = 0, reduce_bytes = 0;  // step 2: weights after an update; gradient sums
+  std::vector<DeviceMemory> memory;               // per distinct device
+  std::vector<double> losses;                     // per step
+};
+
 struct WalkthroughResult {
   int64_t parameters = 0;
   std::vector<WalkthroughMode> modes;
+  // fp32, bf16, bf16 + --grad-comm bf16 for dp-replicas, then for zero1; empty
+  // where bf16 is not available (CUDA devices, for now).
+  std::vector<WalkthroughPrecisionRun> precision;
 };
 
-// Runs the four modes in order, writing the narration to `out`. Takes over the
-// process-wide trace recorder while it runs (cleared first, then recording every
-// mode; left disabled) and writes options.trace_path at the end if set.
+// Runs the four modes in order, then the precision section (not traced), writing
+// the narration to `out`. Takes over the process-wide trace recorder while it runs
+// (cleared first, then recording every mode; left disabled) and writes
+// options.trace_path at the end if set.
 WalkthroughResult walkthrough_run(const WalkthroughOptions& options, std::ostream& out);
 
 }  // namespace fanout::train

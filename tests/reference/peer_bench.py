@@ -13,7 +13,20 @@ Modes:
           (the faithful form; fanout's "dp" mode).
 
 Every mode: AdamW(lr, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on >= 2-D tensors only),
-clip_grad_norm_(1.0), fp32, synthetic random tokens (fixed seed, the same every step).
+clip_grad_norm_(1.0), synthetic random tokens (fixed seed, the same every step).
+
+Precision (--precision):
+  fp32  everything in float32 (the default).
+  bf16  Lightning's "bf16-mixed": fp32 master weights, fp32 AdamW state and fp32 gradients
+        (so DDP reduces fp32, as in fp32 mode); the forward and the loss run under
+        torch.autocast(device, dtype=torch.bfloat16), the backward outside it. Autocast
+        runs the matmuls (every nn.Linear, the attention products) in bf16; llama_ref's
+        RMSNorm, softmax and the cross-entropy (on logits cast to float) stay fp32. In dp
+        mode autocast is also entered inside the replicated module, because
+        nn.DataParallel's worker threads re-enter autocast with CUDA's default dtype
+        (float16), not the caller's. Every step checks that the logits came out in the
+        working precision (a RuntimeError, exit 1, if autocast did not take effect).
+
 Timing: W untimed warm-up steps, a barrier (and CUDA synchronize), then S timed steps on
 rank 0; tokens/s = B * T * S / elapsed (the global batch, whatever the mode).
 
@@ -22,15 +35,17 @@ env = 1), as torchrun does with nproc > 1 and as fanout counts one device = one 
 --mode single on CPU also uses 1 thread. The JSON reports it as "threads_per_process".
 
 The last line on stdout is one JSON object:
-  {"peer": "pytorch", "torch", "mode", "backend", "nproc", "device", "batch_size", "seq_len",
-   "steps", "tokens_per_s", "step_s", "threads_per_process", "final_loss", ...}
+  {"peer": "pytorch", "torch", "mode", "backend", "nproc", "device", "precision", "batch_size",
+   "seq_len", "steps", "tokens_per_s", "step_s", "threads_per_process", "final_loss", ...}
 (backend is "none" for single and dp; nproc is 1 for single). Errors in the arguments or the
-environment (bad config, nccl without GPUs, dp on CPU, ...): one line on stderr, exit 2.
+environment (bad config, nccl without GPUs, dp on CPU, bf16 on a GPU without bf16, ...): one
+line on stderr, exit 2.
 A failed worker: exit 1, the other workers are terminated. Ctrl-C / SIGTERM: workers are
 terminated, exit 130 / 143. Workers also die with the launcher (PR_SET_PDEATHSIG).
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -79,6 +94,9 @@ def build_parser():
     ap.add_argument("--backend", choices=["gloo", "nccl"], default=None,
                     help="ddp only; default nccl on cuda, gloo on cpu")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                    help="fp32, or bf16: fp32 weights/optimizer/gradients, forward and loss "
+                         "under torch.autocast(bfloat16) (Lightning's bf16-mixed). Default fp32")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the model (PyTorch >= 2; single and ddp)")
@@ -136,12 +154,17 @@ def check_env(a, cfg):
     if a.seq_len > cfg.max_position_embeddings:
         raise UsageError(f"--seq-len {a.seq_len} exceeds max_position_embeddings "
                          f"{cfg.max_position_embeddings}")
+    if a.precision == "bf16" and not hasattr(torch, "autocast"):
+        raise UsageError(f"--precision bf16 needs torch.autocast (PyTorch >= 1.10; this is "
+                         f"{torch.__version__})")
     if a.compile and not hasattr(torch, "compile"):
         raise UsageError(f"--compile needs PyTorch >= 2.0 (this is {torch.__version__})")
     if a.device == "cuda":
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device available"
                              + (" (nccl needs GPUs)" if a.backend == "nccl" else ""))
+        if a.precision == "bf16" and not torch.cuda.is_bf16_supported():
+            raise UsageError("--precision bf16: this CUDA device does not support bfloat16")
         n = torch.cuda.device_count()
         if a.mode in ("ddp", "dp") and n < a.nproc:
             raise UsageError(f"--nproc {a.nproc} needs {a.nproc} CUDA devices, found {n}")
@@ -189,25 +212,65 @@ def sampler_rows(B, rank, world):
     return indices[rank:total:world]
 
 
-def train_loop(a, cfg, model, opt, ids, targets, sync, barrier):
-    """W warm-up + S timed steps. Returns (elapsed seconds of the timed steps, last loss)."""
+def autocast(device, precision):
+    """The forward's precision context: nothing for fp32, autocast to bfloat16 for bf16."""
+    import torch
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device, dtype=torch.bfloat16)
+
+
+def autocast_inside(model, device, precision):
+    """model, or a wrapper whose forward enters autocast itself. For nn.DataParallel: its
+    replica threads (parallel_apply) re-enter torch.cuda.amp.autocast(enabled=...) whose
+    dtype defaults to float16, so the caller's bf16 would silently become fp16 there."""
+    import torch
+    if precision == "fp32":
+        return model
+
+    class AutocastForward(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            with autocast(device, precision):
+                return self.inner(*args)
+
+    return AutocastForward(model)
+
+
+def make_step(a, cfg, model, opt, ids, targets):
+    """One training step: returns the step function (which returns the detached loss)."""
     import torch
     import torch.nn.functional as F
     V = cfg.vocab_size
     params = [p for group in opt.param_groups for p in group["params"]]
+    want = torch.bfloat16 if a.precision == "bf16" else torch.float32
 
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = model(ids)
-        # Mean over this process's tokens (torch's usual reduction='mean'); under DDP the
-        # gradients are then averaged over ranks. fanout normalises by the global token
-        # count instead; for equal-sized, unpadded rows (all tokens counted) they coincide.
-        loss = F.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1))
+        # bf16: forward and loss under autocast, backward outside (as Lightning's bf16-mixed).
+        with autocast(a.device, a.precision):
+            logits = model(ids)
+            # Mean over this process's tokens (torch's usual reduction='mean'); under DDP the
+            # gradients are then averaged over ranks. fanout normalises by the global token
+            # count instead; for equal-sized, unpadded rows (all tokens counted) they coincide.
+            loss = F.cross_entropy(logits.reshape(-1, V).float(), targets.reshape(-1))
+        if logits.dtype != want:   # autocast silently off (or fp16) would mislabel the figures
+            raise RuntimeError(f"--precision {a.precision}: the logits are {logits.dtype}, "
+                               f"expected {want}")
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         return loss.detach()
 
+    return step
+
+
+def train_loop(a, cfg, model, opt, ids, targets, sync, barrier):
+    """W warm-up + S timed steps. Returns (elapsed seconds of the timed steps, last loss)."""
+    step = make_step(a, cfg, model, opt, ids, targets)
     for _ in range(a.warmup):
         step()
     barrier()
@@ -232,6 +295,7 @@ def result_json(a, cfg, elapsed, final_loss, threads, nproc, extra=None):
         "backend": a.backend,
         "nproc": nproc,
         "device": a.device,
+        "precision": a.precision,
         "batch_size": a.batch_size,
         "seq_len": a.seq_len,
         "steps": a.steps,
@@ -277,7 +341,8 @@ def run_local(a, cfg):
     if a.mode == "dp":
         # Faithful nn.DataParallel: scatter rows, replicate every call, gather the logits
         # on device 0 and compute the loss there.
-        net = torch.nn.DataParallel(model, device_ids=list(range(a.nproc)))
+        net = torch.nn.DataParallel(autocast_inside(model, a.device, a.precision),
+                                    device_ids=list(range(a.nproc)))
     elif a.compile:
         net = torch.compile(model)
     ids, targets = (t.to(dev) for t in synthetic_batch(cfg, a.batch_size, a.seq_len))

@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -25,7 +27,7 @@ namespace {
 // `flag value` replaces that flag's value (or is added).
 std::vector<std::string> small_bench(const std::string& flag = "", const std::string& value = "") {
   std::vector<std::string> args = {"bench", "--devices", "cpu:0", "--modes", "dp", "--batch-size",
-                                   "1",     "--seq-len", "4",     "--steps", "1",  "--warmup",
+                                   "2",     "--seq-len", "4",     "--steps", "1",  "--warmup",
                                    "0"};
   if (flag.empty()) return args;
   for (size_t i = 1; i + 1 < args.size(); ++i) {
@@ -37,8 +39,17 @@ std::vector<std::string> small_bench(const std::string& flag = "", const std::st
   args.insert(args.end(), {flag, value});
   return args;
 }
+// `args` with `more` appended; a flag already in `args` gets the new value instead.
 std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
+  for (size_t k = 0; k + 1 < more.size(); k += 2) {
+    auto it = std::find(args.begin(), args.end(), more[k]);
+    if (it != args.end() && it + 1 != args.end()) {
+      *(it + 1) = more[k + 1];
+    } else {
+      args.insert(args.end(), {more[k], more[k + 1]});
+    }
+  }
+  if (more.size() % 2) args.push_back(more.back());
   return args;
 }
 // A hang (a FIFO opened for writing) fails the test instead of stalling the suite.
@@ -53,7 +64,8 @@ TEST_CASE("bench writes --json --svg and --trace to new paths") {
   CAPTURE(r.err);
   REQUIRE(r.rc == 0);
   std::ifstream json(dir / "b.json"), trace(dir / "b.trace");
-  CHECK(nlohmann::json::parse(json)["results"].size() == 2);  // the baseline and dp
+  // the baseline, dp in fp32 and dp in bf16 (--precision both by default)
+  CHECK(nlohmann::json::parse(json)["results"].size() == 3);
   CHECK(nlohmann::json::parse(trace).contains("traceEvents"));
   CHECK(std::filesystem::file_size(dir / "b.svg") > 0);
   CHECK(test::temp_leftovers(dir.path).empty());
@@ -152,11 +164,62 @@ TEST_CASE("bench refuses a batch that cannot fit in memory before allocating") {
   }
 }
 
+TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the engine moved") {
+  test::TempDir dir("fanout-bench");
+  auto rows = [&](const std::string& grad_comm) {
+    std::string json = dir / ("b-" + grad_comm + ".json");
+    auto r =
+        test::run_fanout(with(small_bench("--modes", "dp-replicas,zero1"),
+                              {"--devices", "cpu:0,cpu:1", "--grad-comm", grad_comm, "--json", json,
+                               // a steady step: the first one also sends the fresh fp32 master
+                               "--warmup", "1"}),
+                         kTimeout);
+    CAPTURE(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(has(r.out, "sent/step"));
+    CHECK(has(r.out, "fanout bf16 best: "));
+    std::ifstream in(json);
+    return nlohmann::json::parse(in)["results"];
+  };
+  nlohmann::json a = rows("fp32"), b = rows("bf16");
+  REQUIRE(a.size() == 5);  // the baseline, then two modes in fp32, then in bf16
+  REQUIRE(b.size() == 5);
+  for (int i = 1; i <= 2; ++i) {
+    CAPTURE(i);
+    const nlohmann::json &f32 = a[i], &bf16 = a[i + 2];
+    CHECK(f32["precision"] == "fp32");
+    CHECK(bf16["precision"] == "bf16");
+    CHECK(f32["mode"] == bf16["mode"]);
+    // bf16 working weights: half the bytes sent to the replicas, the same sums.
+    int64_t sent = f32["comm_bytes_per_step"]["replicate"].get<int64_t>();
+    CHECK(sent > 0);
+    CHECK(bf16["comm_bytes_per_step"]["replicate"].get<int64_t>() * 2 == sent);
+    int64_t sums = f32["comm_bytes_per_step"]["reduce"].get<int64_t>();
+    CHECK(sums > 0);
+    CHECK(bf16["comm_bytes_per_step"]["reduce"].get<int64_t>() == sums);
+    // --grad-comm bf16: half the bytes of the sums, in either precision.
+    CHECK(b[i]["grad_comm"] == "bf16");
+    CHECK(b[i]["comm_bytes_per_step"]["reduce"].get<int64_t>() * 2 == sums);
+    CHECK(b[i + 2]["comm_bytes_per_step"]["reduce"].get<int64_t>() * 2 == sums);
+  }
+  for (const char* bad : {"fp16", ""}) {
+    auto r = test::run_fanout(with(small_bench(), {"--precision", bad}), kTimeout);
+    CHECK(r.rc != 0);
+    CHECK(r.err_lines() == 1);
+  }
+  auto r = test::run_fanout(with(small_bench(), {"--grad-comm", "fp8"}), kTimeout);
+  CHECK(r.rc != 0);
+  CHECK(has(r.err, "--grad-comm must be fp32 or bf16, got 'fp8'"));
+}
+
 TEST_CASE("bench refuses flags it would ignore and two results on one path") {
   test::TempDir dir("fanout-bench");
   auto r = test::run_fanout({"bench", "--json", dir / "x.json", "ops"}, kTimeout);
   CHECK(r.rc == 1);
   CHECK(has(r.err, "--json does not apply to fanout bench ops"));
+  r = test::run_fanout({"bench", "--precision", "bf16", "ops"}, kTimeout);
+  CHECK(r.rc == 1);
+  CHECK(has(r.err, "--precision does not apply to fanout bench ops"));
   r = test::run_fanout(with(small_bench(), {"--json", dir / "x", "--trace", dir / "x"}), kTimeout);
   CHECK(r.rc == 1);
   CHECK(r.err_lines() == 1);

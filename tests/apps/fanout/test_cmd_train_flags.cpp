@@ -2,7 +2,7 @@
 // anything runs: an empty value, a non-number, inf/nan, a negative seed, a count
 // past its bound, or a size whose bytes overflow is one line and a non-zero exit
 // (never a SIGFPE, a hang or a silent default). Also: flags that would be ignored
-// (--precision bf16, a model flag beside --resume, --data '') are refused, and a
+// (a model flag beside --resume, --data '') are refused, and a
 // mistyped subcommand names the closest one.
 
 #include <doctest/doctest.h>
@@ -67,8 +67,9 @@ TEST_CASE("train refuses every malformed or out-of-range number with one line") 
       {{"--grad-accum", "-3"}, "--grad-accum: '-3' is out of range"},
       {{"--beta2", "1"}, "--beta2 must be in [0, 1)"},
       {{"--timeout", "0"}, "--timeout must be a finite number in (0,"},
-      {{"--precision", "bf16"}, "--precision bf16 is not implemented yet"},
-      {{"--precision", "fp16"}, "--precision must be fp32"},
+      {{"--precision", "fp16"}, "--precision must be fp32 or bf16"},
+      {{"--precision", ""}, "--precision: an empty value is not allowed"},
+      {{"--grad-comm", "bf8"}, "--grad-comm must be fp32 or bf16"},
       {{"--data", ""}, "--data: an empty value is not allowed"},
       {{"--out", ""}, "--out: an empty value is not allowed"},
       {{"--devices", ""}, "--devices: an empty value is not allowed"},

@@ -1,0 +1,53 @@
+// `fanout bench ops --dtype`: f32, bf16 or both select the rows of the table (one
+// row per op and dtype, the GEMM engine named once per dtype); any other dtype
+// is a one-line error before anything runs.
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/apps/fanout/cli_runner.h"
+
+using fanout::test::has;
+
+namespace {
+struct Case {
+  const char* dtype;
+  int f32_rows, bf16_rows;  // 1: the dtype's rows are in the table
+};
+// The smallest table: 1 x 8 tokens of the tiny preset, one timed repetition.
+std::vector<std::string> small_ops(const std::string& dtype) {
+  return {"bench",     "ops", "--batch-size", "1",  "--seq-len", "8",
+          "--repeats", "1",   "--dtype",      dtype};
+}
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("bench ops --dtype picks the rows of each dtype") {
+  for (auto [dtype, f32_rows, bf16_rows] :
+       {Case{"f32", 1, 0}, Case{"bf16", 0, 1}, Case{"both", 1, 1}}) {
+    CAPTURE(dtype);
+    auto r = fanout::test::run_fanout(small_ops(dtype), "timeout 60");
+    CAPTURE(r.err);
+    REQUIRE(r.rc == 0);
+    // Four projection shapes, forward and backward, and two attention rows.
+    CHECK(count(r.out, "matmul forward f32 ") == 4 * f32_rows);
+    CHECK(count(r.out, "matmul backward bf16 ") == 4 * bf16_rows);
+    CHECK(count(r.out, "attention backward f32 ") == f32_rows);
+    CHECK(count(r.out, "attention forward bf16 ") == bf16_rows);
+    CHECK(count(r.out, "matmul bf16: ") == bf16_rows);
+  }
+}
+
+TEST_CASE("bench ops refuses an unknown --dtype in one line") {
+  auto r = fanout::test::run_fanout(small_ops("f16"), "timeout 60");
+  CHECK(r.rc == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(has(r.err, "--dtype must be f32, bf16 or both"));
+  CHECK(r.out.empty());
+}
