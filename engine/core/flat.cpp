@@ -1,6 +1,7 @@
 #include "engine/core/flat.h"
 
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include "engine/core/check.h"
 #include "engine/core/dtype.h"
@@ -21,7 +22,8 @@ void check_f32(const Stream& stream, const Tensor& t, const char* what) {
 // Runs body(begin, end) over [0, n) in oneTBB chunks.
 template <typename F>
 void parallel_range(int64_t n, F body) {
-  if (n <= kGrain) return body(int64_t{0}, n);
+  // A one-thread device arena (the default) gains nothing from splitting.
+  if (n <= kGrain || tbb::this_task_arena::max_concurrency() <= 1) return body(int64_t{0}, n);
   tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, kGrain),
                     [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
 }

@@ -4,6 +4,8 @@
 #include "ops/cpu/parallel.h"
 
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include <tbb/parallel_for.h>
@@ -24,6 +26,39 @@ struct RotateIn<bf16> {
   using type = float;
 };
 
+// (T, D/2) cos and sign * sin tables for positions pos_offset.., shared by every
+// batch row and head. A training step asks for the same few tables 4 L times
+// (q and k, forward and backward, every layer): each device thread keeps the ones
+// it made, so the sines are computed once per shape, not once per call.
+template <typename R>
+struct RopeTables {
+  std::vector<R> cos_t, sin_t;
+};
+
+template <typename R>
+const RopeTables<R>& rope_tables(int64_t T, int64_t D, double theta, int64_t pos_offset,
+                                 double sign) {
+  using Key = std::tuple<int64_t, int64_t, double, int64_t, double>;
+  thread_local std::map<Key, RopeTables<R>> cache;
+  Key key{T, D, theta, pos_offset, sign};
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  // Generation asks for a new pos_offset every token: keep the cache small.
+  if (cache.size() >= 16) cache.clear();
+  const int64_t half = D / 2;
+  RopeTables<R> t;
+  t.cos_t.resize(T * half), t.sin_t.resize(T * half);
+  for (int64_t p = 0; p < T; ++p) {
+    double pos = static_cast<double>(pos_offset + p);
+    for (int64_t i = 0; i < half; ++i) {
+      double inv_freq = 1.0 / std::pow(theta, static_cast<double>(2 * i) / D);
+      t.cos_t[p * half + i] = static_cast<R>(std::cos(pos * inv_freq));
+      t.sin_t[p * half + i] = static_cast<R>(sign * std::sin(pos * inv_freq));
+    }
+  }
+  return cache.emplace(key, std::move(t)).first->second;
+}
+
 // Rotates every pair (x[i], x[i + D/2]) of every (b, t, h) row by angle * sign:
 // sign +1 is the forward rotation, -1 its transpose (the backward). Both halves
 // are read before either is written, so out may alias inp.
@@ -32,16 +67,9 @@ void rope_rotate(Real* out, const Real* inp, int64_t B, int64_t T, int64_t H, in
                  double theta, int64_t pos_offset, double sign) {
   using R = typename RotateIn<Real>::type;
   const int64_t half = D / 2;
-  // (T, D/2) tables, shared by every batch row and head.
-  std::vector<R> cos_t(T * half), sin_t(T * half);
-  parallel_for_index(int64_t{0}, T, [&](int64_t t) {
-    double pos = static_cast<double>(pos_offset + t);
-    for (int64_t i = 0; i < half; ++i) {
-      double inv_freq = 1.0 / std::pow(theta, static_cast<double>(2 * i) / D);
-      cos_t[t * half + i] = static_cast<R>(std::cos(pos * inv_freq));
-      sin_t[t * half + i] = static_cast<R>(sign * std::sin(pos * inv_freq));
-    }
-  });
+  const RopeTables<R>& tables = rope_tables<R>(T, D, theta, pos_offset, sign);
+  const std::vector<R>& cos_t = tables.cos_t;
+  const std::vector<R>& sin_t = tables.sin_t;
   parallel_for_index(int64_t{0}, B * T, [&](int64_t bt) {
     const R* c = cos_t.data() + (bt % T) * half;
     const R* s = sin_t.data() + (bt % T) * half;
