@@ -520,8 +520,10 @@ Command add_bench_command(CLI::App& app) {
   cmd->add_option("--precision", a->precision,
                   "fp32, bf16 (mixed precision) or both: every mode in each")
       ->capture_default_str();
-  cmd->add_flag("--peers", a->peers,
-                "Also run PyTorch on the same config and batch (tests/reference/peer_bench.py)");
+  cmd->add_flag(
+      "--peers", a->peers,
+      "Also run PyTorch DDP on the same config and batch, in each --precision (bf16: under "
+      "torch.autocast) (tests/reference/peer_bench.py)");
   cmd->add_option("--svg", a->svg, "Draw throughput and the step-time breakdown as an SVG");
   cmd->add_option("--trace", a->trace, "Write a Chrome/Perfetto trace of the last mode's steps");
   auto* ops = cmd->add_subcommand("ops", "GFLOP/s of the CPU matmul and attention kernels");

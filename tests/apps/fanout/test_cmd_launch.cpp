@@ -134,6 +134,47 @@ TEST_CASE("launch ddp on 2 and 3 CPU processes trains as one device and as dp do
   check_same(run_result(ddp2, init), run_result(single5, init));
 }
 
+TEST_CASE("launch ddp in bf16 trains as one bf16 device, with fp32 or bf16 gradient sums") {
+  TinyRun run;
+  std::vector<float> init = weights_all(run.init);
+  const std::vector<std::string> bf16 = {"--precision", "bf16"};
+  std::string single = run.dir / "single";
+  CliResult r = run_fanout(concat(run.train_args(single, 3), concat(bf16, {"--devices", "cpu:0"})));
+  INFO("single stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  RunResult ref = run_result(single, init);
+  std::string ddp = run.dir / "ddp";
+  r = run_fanout(concat({"launch", "--nproc-per-node", "2", "--"},
+                        concat(run.train_args(ddp, 3), concat(kDdp, bf16))));
+  INFO("launch stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(lines_with(r.out, "bf16 mixed precision").size() == 1);
+  // bf16 at its tolerance: each row is computed as on one device, but the f32
+  // sums over rows run in another order and a last-bit change before a bf16 store
+  // moves that value by up to 2^-8.
+  RunResult got = run_result(ddp, init);
+  REQUIRE(got.losses.size() == ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i)
+    CHECK(std::abs(got.losses[i] - ref.losses[i]) <= 1e-4 * std::abs(ref.losses[i]));
+  CHECK(relative_l2(got.update, ref.update) < 1e-2);
+  // Gradients all-gathered in bf16 and summed in fp32 by every rank: the same
+  // training within bf16's rounding of the gradients.
+  std::string ddp16 = run.dir / "ddp16";
+  r = run_fanout(concat(
+      {"launch", "--nproc-per-node", "3", "--"},
+      concat(run.train_args(ddp16, 3), concat(kDdp, concat(bf16, {"--grad-comm", "bf16"})))));
+  INFO("launch stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(lines_with(r.out, "bf16 gradient sums").size() == 1);
+  RunResult comm = run_result(ddp16, init);
+  REQUIRE(comm.losses.size() == ref.losses.size());
+  CHECK(comm.losses[0] == doctest::Approx(ref.losses[0]).epsilon(1e-4));  // before any update
+  for (size_t i = 1; i < ref.losses.size(); ++i)
+    CHECK(std::abs(comm.losses[i] - ref.losses[i]) <= 2e-3 * std::abs(ref.losses[i]));
+  CHECK(relative_l2(comm.update, ref.update) < 0.1);
+  CHECK(relative_l2(comm.update, got.update) > 0);  // the rounding did happen
+}
+
 TEST_CASE("ddp ranks other than 0 write no files and print nothing") {
   // Started by hand with a different --out each: rank 1's must stay absent.
   TinyRun run;
