@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include <tbb/enumerable_thread_specific.h>
@@ -247,6 +248,9 @@ using Scratch = tbb::enumerable_thread_specific<std::vector<float>>;
 template <typename X>
 void attention_forward_tiled(X* out, float* lse, const X* q, const X* k, const X* v, int64_t B,
                              int64_t Tq, int64_t Tk, int64_t H, int64_t KV, int64_t D) {
+  if constexpr (std::is_same_v<X, bf16>)
+    if (attention_bf16_dot_enabled())
+      return attention_forward_bf16dot(out, lse, q, k, v, B, Tq, Tk, H, KV, D);
   const int64_t group = H / KV;  // query heads per kv head
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const int64_t ldq = H * D, ldk = KV * D;
@@ -279,6 +283,9 @@ template <typename X, typename G>
 void attention_backward_tiled(X* dq, X* dk, X* dv, const G* dout, const X* q, const X* k,
                               const X* v, const X* out, const float* lse, int64_t B, int64_t T,
                               int64_t H, int64_t KV, int64_t D) {
+  if constexpr (std::is_same_v<X, bf16>)
+    if (attention_bf16_dot_enabled())
+      return attention_backward_bf16dot(dq, dk, dv, dout, q, k, v, out, lse, B, T, H, KV, D);
   const int64_t group = H / KV;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const int64_t ldq = H * D, ldk = KV * D;

@@ -22,6 +22,23 @@ void attention_backward_tiled(X* dq, X* dk, X* dv, const G* dout, const X* q, co
                               const X* v, const X* out, const float* lse, int64_t B, int64_t T,
                               int64_t H, int64_t KV, int64_t D);
 
+// bf16 storage on AVX512-BF16 (Note [bf16 dot attention], attention_bf16dot.cpp):
+// the *_tiled functions with X = bf16 run these when attention_bf16_dot_enabled().
+// It starts true where the CPU supports it, unless FANOUT_NO_BF16_DOT=1 is set;
+// set_attention_bf16_dot (for tests and benchmarks) switches it, never on where the
+// CPU lacks it, and returns the previous setting.
+bool attention_bf16_dot_supported();
+bool attention_bf16_dot_enabled();
+bool set_attention_bf16_dot(bool on);
+
+struct bf16;
+void attention_forward_bf16dot(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                               int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t KV, int64_t D);
+template <typename G>
+void attention_backward_bf16dot(bf16* dq, bf16* dk, bf16* dv, const G* dout, const bf16* q,
+                                const bf16* k, const bf16* v, const bf16* out, const float* lse,
+                                int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D);
+
 // The reference: per (batch, head) panels of CBLAS GEMMs in Real (float, double).
 template <typename Real>
 void attention_forward_gemm(Real* out, Real* lse, const Real* q, const Real* k, const Real* v,

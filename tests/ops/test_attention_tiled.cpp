@@ -42,7 +42,7 @@ struct Result {
 };
 
 Result run_reference(const Case& c, const Inputs& in) {
-  Result r{std::vector<double>(in.q.size()), std::vector<double>(c.B * c.H * c.Tq)};
+  Result r{std::vector<double>(in.q.size()), std::vector<double>(c.B * c.H * c.Tq), {}, {}, {}};
   ops::cpu::attention_forward_gemm<double>(r.out.data(), r.lse.data(), in.q.data(), in.k.data(),
                                            in.v.data(), c.B, c.Tq, c.Tk, c.H, c.KV, c.D);
   if (c.Tq == c.Tk) {
@@ -62,7 +62,7 @@ Result run_tiled(const Case& c, const Inputs& in) {
   std::vector<float> out(q.size()), lse(c.B * c.H * c.Tq);
   ops::cpu::attention_forward_tiled<float>(out.data(), lse.data(), q.data(), k.data(), v.data(),
                                            c.B, c.Tq, c.Tk, c.H, c.KV, c.D);
-  Result r{cast_vector<double>(out), cast_vector<double>(lse)};
+  Result r{cast_vector<double>(out), cast_vector<double>(lse), {}, {}, {}};
   if (c.Tq == c.Tk) {
     std::vector<float> dq(q.size(), 7.0f), dk(k.size(), 7.0f), dv(v.size(), 7.0f);  // overwritten
     ops::cpu::attention_backward_tiled<float, float>(dq.data(), dk.data(), dv.data(), dout.data(),
