@@ -7,7 +7,6 @@
 #include <mutex>
 #include <vector>
 
-#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
@@ -77,6 +76,7 @@ class GlooGroup final : public ProcessGroup {
         o.setOutput(p, static_cast<size_t>(end - begin));
         o.setReduceFunction(
             static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+        o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
         o.setTag(kGradTag);
         gloo::allreduce(o);
       });
@@ -115,29 +115,37 @@ class GlooGroup final : public ProcessGroup {
   }
 
  private:
-  // Every rank rounds its range to bf16 and all-gathers the rounded ranges; each
-  // rank then sums them in fp32 in rank order, so every rank holds the same bits.
+  // bf16 on the wire, as DDP's bf16_compress_hook over NCCL: every rank rounds its
+  // range to bf16, and a ring all-reduce runs on the bf16 elements, each pairwise
+  // sum taken in fp32 and rounded back to bf16 for the next hop. A ring sends
+  // 2 (W-1)/W of the buffer per rank, so exactly half of fp32's bytes for any W;
+  // the result is copied around the ring, so every rank holds the same bits.
+  static void bf16_sum(void* c, const void* a, const void* b, size_t n) {
+    auto* out = static_cast<uint16_t*>(c);
+    const auto* x = static_cast<const uint16_t*>(a);
+    const auto* y = static_cast<const uint16_t*>(b);
+    for (size_t i = 0; i < n; ++i)
+      out[i] = float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]));
+  }
+
   void all_reduce_bf16(const Tensor& buf, int64_t begin, int64_t end, Stream& stream) {
     stream.enqueue_blocking([this, buf, begin, end] {
       std::lock_guard<std::mutex> lock(grad_mu_);
-      size_t n = static_cast<size_t>(end - begin), w = static_cast<size_t>(world());
+      size_t n = static_cast<size_t>(end - begin);
+      int64_t w = world();
       float* p = buf.data<float>() + begin;
-      send_.resize(n);
-      recv_.resize(n * w);
-      for (size_t i = 0; i < n; ++i) send_[i] = float_to_bf16(p[i]);
-      bytes_sent_ += static_cast<int64_t>((w - 1) * n * sizeof(uint16_t));
-      run("all-gather", [&] {
-        gloo::AllgatherOptions o(context_);
-        o.setInput(send_.data(), n);
-        o.setOutput(recv_.data(), n * w);
+      wire_.resize(n);
+      for (size_t i = 0; i < n; ++i) wire_[i] = float_to_bf16(p[i]);
+      bytes_sent_ += 2 * (w - 1) * static_cast<int64_t>(n * sizeof(uint16_t)) / w;
+      run("all-reduce", [&] {
+        gloo::AllreduceOptions o(context_);
+        o.setOutput(wire_.data(), n);
+        o.setReduceFunction(&GlooGroup::bf16_sum);
+        o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
         o.setTag(kGradTag);
-        gloo::allgather(o);
+        gloo::allreduce(o);
       });
-      for (size_t i = 0; i < n; ++i) {
-        float sum = 0.0f;
-        for (size_t r = 0; r < w; ++r) sum += bf16_to_float(recv_[r * n + i]);
-        p[i] = sum;
-      }
+      for (size_t i = 0; i < n; ++i) p[i] = bf16_to_float(wire_[i]);
     });
   }
 
@@ -160,7 +168,7 @@ class GlooGroup final : public ProcessGroup {
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::mutex grad_mu_;
   DType sum_dtype_ = DType::f32;
-  std::vector<uint16_t> send_, recv_;  // bf16 sums, under grad_mu_
+  std::vector<uint16_t> wire_;  // bf16 sums, under grad_mu_
 };
 
 }  // namespace

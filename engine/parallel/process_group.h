@@ -22,14 +22,14 @@ class ProcessGroup {
   int world() const { return rendezvous_.world(); }
 
   // buf[begin, end) <- the sum over ranks, queued on `stream` (the buffer's device).
-  // Under bf16 sums (set_sum_dtype) every rank's contribution is rounded to bf16
-  // before it is sent and the sum is taken in fp32, in rank order, identically on
-  // every rank.
+  // Under bf16 sums (set_sum_dtype) the values travel as bf16: each rank's
+  // contribution is rounded before it is sent, each partial sum is taken in fp32
+  // and rounded for the next hop (DDP's bf16_compress_hook), identically on every
+  // rank.
   virtual void all_reduce(const Tensor& buf, int64_t begin, int64_t end, Stream& stream) = 0;
   virtual void set_sum_dtype(DType dtype) = 0;
   // Payload bytes this process handed the transport for other ranks (the
-  // algorithm's sends: a ring all-reduce sends 2 (W-1)/W of the buffer, an
-  // all-gather (W-1) times its input).
+  // algorithm's sends: a ring all-reduce sends 2 (W-1)/W of the buffer).
   int64_t bytes_sent() const { return bytes_sent_.load(); }
   void reset_bytes_sent() { bytes_sent_ = 0; }
   // buf <- rank root's values, queued on `stream`.

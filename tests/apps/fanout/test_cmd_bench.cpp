@@ -169,7 +169,7 @@ TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the e
   auto rows = [&](const std::string& grad_comm) {
     std::string json = dir / ("b-" + grad_comm + ".json");
     auto r =
-        test::run_fanout(with(small_bench("--modes", "dp-replicas,zero1"),
+        test::run_fanout(with(small_bench("--modes", "dp-replicas,zero1,ddp"),
                               {"--devices", "cpu:0,cpu:1", "--grad-comm", grad_comm, "--json", json,
                                // a steady step: the first one also sends the fresh fp32 master
                                "--warmup", "1"}),
@@ -182,17 +182,18 @@ TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the e
     return nlohmann::json::parse(in)["results"];
   };
   nlohmann::json a = rows("fp32"), b = rows("bf16");
-  REQUIRE(a.size() == 5);  // the baseline, then two modes in fp32, then in bf16
-  REQUIRE(b.size() == 5);
-  for (int i = 1; i <= 2; ++i) {
+  REQUIRE(a.size() == 7);  // the baseline, then three modes in fp32, then in bf16
+  REQUIRE(b.size() == 7);
+  for (int i = 1; i <= 3; ++i) {
     CAPTURE(i);
-    const nlohmann::json &f32 = a[i], &bf16 = a[i + 2];
+    const nlohmann::json &f32 = a[i], &bf16 = a[i + 3];
+    const bool ddp = i == 3;  // each process updates its own weights: none are sent
     CHECK(f32["precision"] == "fp32");
     CHECK(bf16["precision"] == "bf16");
     CHECK(f32["mode"] == bf16["mode"]);
     // bf16 working weights: half the bytes sent to the replicas, the same sums.
     int64_t sent = f32["comm_bytes_per_step"]["replicate"].get<int64_t>();
-    CHECK(sent > 0);
+    CHECK((sent > 0) != ddp);
     CHECK(bf16["comm_bytes_per_step"]["replicate"].get<int64_t>() * 2 == sent);
     int64_t sums = f32["comm_bytes_per_step"]["reduce"].get<int64_t>();
     CHECK(sums > 0);
@@ -200,7 +201,7 @@ TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the e
     // --grad-comm bf16: half the bytes of the sums, in either precision.
     CHECK(b[i]["grad_comm"] == "bf16");
     CHECK(b[i]["comm_bytes_per_step"]["reduce"].get<int64_t>() * 2 == sums);
-    CHECK(b[i + 2]["comm_bytes_per_step"]["reduce"].get<int64_t>() * 2 == sums);
+    CHECK(b[i + 3]["comm_bytes_per_step"]["reduce"].get<int64_t>() * 2 == sums);
   }
   for (const char* bad : {"fp16", ""}) {
     auto r = test::run_fanout(with(small_bench(), {"--precision", bad}), kTimeout);

@@ -157,8 +157,8 @@ TEST_CASE("launch ddp in bf16 trains as one bf16 device, with fp32 or bf16 gradi
   for (size_t i = 0; i < ref.losses.size(); ++i)
     CHECK(std::abs(got.losses[i] - ref.losses[i]) <= 1e-4 * std::abs(ref.losses[i]));
   CHECK(relative_l2(got.update, ref.update) < 1e-2);
-  // Gradients all-gathered in bf16 and summed in fp32 by every rank: the same
-  // training within bf16's rounding of the gradients.
+  // Gradients summed by a ring all-reduce on bf16 elements (each partial sum in
+  // fp32): the same training within bf16's rounding of the gradients.
   std::string ddp16 = run.dir / "ddp16";
   r = run_fanout(concat(
       {"launch", "--nproc-per-node", "3", "--"},
