@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -35,18 +36,21 @@ struct RopeTables {
   std::vector<R> cos_t, sin_t;
 };
 
+// Shared pointers: a caller keeps its tables even if, while its loop waits, this
+// thread runs another rope (oneTBB may run other work there) that clears the cache.
 template <typename R>
-const RopeTables<R>& rope_tables(int64_t T, int64_t D, double theta, int64_t pos_offset,
-                                 double sign) {
+std::shared_ptr<const RopeTables<R>> rope_tables(int64_t T, int64_t D, double theta,
+                                                 int64_t pos_offset, double sign) {
   using Key = std::tuple<int64_t, int64_t, double, int64_t, double>;
-  thread_local std::map<Key, RopeTables<R>> cache;
+  thread_local std::map<Key, std::shared_ptr<const RopeTables<R>>> cache;
   Key key{T, D, theta, pos_offset, sign};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   // Generation asks for a new pos_offset every token: keep the cache small.
   if (cache.size() >= 16) cache.clear();
   const int64_t half = D / 2;
-  RopeTables<R> t;
+  auto made = std::make_shared<RopeTables<R>>();
+  RopeTables<R>& t = *made;
   t.cos_t.resize(T * half), t.sin_t.resize(T * half);
   for (int64_t p = 0; p < T; ++p) {
     double pos = static_cast<double>(pos_offset + p);
@@ -56,7 +60,8 @@ const RopeTables<R>& rope_tables(int64_t T, int64_t D, double theta, int64_t pos
       t.sin_t[p * half + i] = static_cast<R>(sign * std::sin(pos * inv_freq));
     }
   }
-  return cache.emplace(key, std::move(t)).first->second;
+  cache.emplace(key, made);
+  return made;
 }
 
 // Rotates every pair (x[i], x[i + D/2]) of every (b, t, h) row by angle * sign:
@@ -67,9 +72,9 @@ void rope_rotate(Real* out, const Real* inp, int64_t B, int64_t T, int64_t H, in
                  double theta, int64_t pos_offset, double sign) {
   using R = typename RotateIn<Real>::type;
   const int64_t half = D / 2;
-  const RopeTables<R>& tables = rope_tables<R>(T, D, theta, pos_offset, sign);
-  const std::vector<R>& cos_t = tables.cos_t;
-  const std::vector<R>& sin_t = tables.sin_t;
+  const std::shared_ptr<const RopeTables<R>> tables = rope_tables<R>(T, D, theta, pos_offset, sign);
+  const std::vector<R>& cos_t = tables->cos_t;
+  const std::vector<R>& sin_t = tables->sin_t;
   parallel_for_index(int64_t{0}, B * T, [&](int64_t bt) {
     const R* c = cos_t.data() + (bt % T) * half;
     const R* s = sin_t.data() + (bt % T) * half;
