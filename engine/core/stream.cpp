@@ -18,6 +18,7 @@ Stream::Stream(Device device, std::string name) : device_(device), name_(std::mo
   FANOUT_ASSERT(!device.is_bare(), "stream on unresolved device ", device.str());
   if (device.is_cpu()) {
     worker_ = std::make_unique<Worker>(name_);
+    arena_ = std::make_unique<tbb::task_arena>(cpu_threads_per_device(), 1);
   } else {
     cuda_stream_ = cuda_stream_create(device.index);
   }
@@ -41,11 +42,11 @@ void Stream::run(const std::function<void()>& fn, Kind kind) {
     if (error_ && kind != Kind::marker) return;
   }
   try {
-    // Kernels run in the device's arena (Note [CPU device compute]); markers and
+    // Kernels run in the stream's arena (Note [CPU device compute]); markers and
     // blocking host work, which wait on other streams or the network, run outside
     // it so they never hold its threads.
     if (kind == Kind::compute) {
-      cpu_device_arena(device_.index).execute(fn);
+      arena_->execute(fn);
     } else {
       fn();
     }

@@ -11,6 +11,8 @@
 #include <exception>
 #include <functional>
 #include <memory>
+
+#include <tbb/task_arena.h>
 #include <mutex>
 #include <string>
 
@@ -30,8 +32,8 @@ class Stream {
   Device device() const { return device_; }
   const std::string& name() const { return name_; }
 
-  // CPU streams: run fn after everything queued before it, in the device's
-  // compute arena (Note [CPU device compute]).
+  // CPU streams: run fn after everything queued before it, in the stream's
+  // compute arena of the device's threads (Note [CPU device compute]).
   void enqueue(std::function<void()> fn);
   // The same for host work that blocks without computing (a network collective):
   // it runs outside the arena, so the device's kernels on other streams go on.
@@ -50,8 +52,9 @@ class Stream {
 
   Device device_;
   std::string name_;
-  std::unique_ptr<Worker> worker_;  // CPU
-  void* cuda_stream_ = nullptr;     // CUDA
+  std::unique_ptr<Worker> worker_;          // CPU
+  std::unique_ptr<tbb::task_arena> arena_;  // CPU: where its kernels run
+  void* cuda_stream_ = nullptr;             // CUDA
   std::mutex error_mu_;
   std::exception_ptr error_;
 };

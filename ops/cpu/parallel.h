@@ -1,6 +1,6 @@
 #pragma once
 // oneTBB loops that cost nothing on a one-thread CPU device. Kernels run inside
-// their device's arena (Note [CPU device compute]); with one thread there,
+// their stream's arena (Note [CPU device compute]); with one thread there,
 // tbb::parallel_for still splits and balances ranges, which cost several percent
 // of a training step. These run the loop directly when the arena has one thread.
 
