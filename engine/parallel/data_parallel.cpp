@@ -396,7 +396,6 @@ void DataParallel::finish_step() {
     return;
   }
   auto t0 = Clock::now();
-  int64_t b0 = total_bytes();
   TraceScope span("host", "all-gather params");
   // Each shard owner rounds its updated shard; the working weights are gathered.
   std::vector<Tensor> working;
@@ -404,21 +403,22 @@ void DataParallel::finish_step() {
     replicas_[r]->params_to_working(bounds_[r], bounds_[r + 1]);
     working.push_back(replicas_[r]->working_params());
   }
-  auto streams = compute_streams();
-  collectives_->all_gather(working, streams, bounds_, 0, bounds_.back());
-  for (Stream* s : streams) s->synchronize();
-  replicate_bytes_ += total_bytes() - b0;
+  gather_shards(working);
   times_.replicate += seconds_since(t0);
 }
 
 void DataParallel::gather_master() {
   if (options_.strategy == Strategy::dp) return;
   if (primary().working_params().raw() == primary().params().raw()) return;
-  int64_t b0 = total_bytes();
   std::vector<Tensor> params;
   for (auto& r : replicas_) params.push_back(r->params());
+  gather_shards(params);
+}
+
+void DataParallel::gather_shards(const std::vector<Tensor>& bufs) {
+  int64_t b0 = total_bytes();
   auto streams = compute_streams();
-  collectives_->all_gather(params, streams, bounds_, 0, bounds_.back());
+  collectives_->all_gather(bufs, streams, bounds_, 0, bounds_.back());
   for (Stream* s : streams) s->synchronize();
   replicate_bytes_ += total_bytes() - b0;
 }

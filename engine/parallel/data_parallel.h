@@ -161,6 +161,9 @@ class DataParallel {
   std::vector<Stream*> compute_streams();
   std::vector<Tensor> grad_buffers();
   void recover();  // after a failed step: drain every stream, re-replicate
+  // Every replica's copy of shard r of `bufs` <- replica r's; waits, and counts
+  // the bytes as weights sent.
+  void gather_shards(const std::vector<Tensor>& bufs);
 
   DataParallelOptions options_;
   LossFunctions loss_;
