@@ -12,6 +12,7 @@
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/train/data_loader.h"
+#include "apps/train/device_memory.h"
 #include "apps/train/token_file.h"
 #include "apps/train/train_options.h"
 #include "engine/core/check.h"
@@ -27,6 +28,7 @@ struct EvalArgs {
   int64_t batch_size = 4, seq_len = 64, max_batches = 0;
   bool json = false;
   std::string precision = "fp32";
+  std::string device_memory;  // "": no cap
 };
 
 int run_eval(const EvalArgs& a) {
@@ -35,6 +37,8 @@ int run_eval(const EvalArgs& a) {
   FANOUT_CHECK(!a.data.empty(), "--data: an empty string is not a file name");
   std::vector<Device> devices = devices_parse(a.devices);
   devices_check_available(devices);
+  if (!a.device_memory.empty())
+    train::apply_device_memory(train::parse_byte_size(a.device_memory, "--device-memory"), devices);
   const DType working = train::precision_dtype(a.precision, devices);
   models::LlamaConfig config = models::llama_load_config(a.checkpoint);
   FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len ", a.seq_len,
@@ -92,6 +96,10 @@ Command add_eval_command(CLI::App& app) {
   add_number(cmd, "--seq-len", a->seq_len, "Tokens per row", int64_t{1}, train::kMaxCount);
   cmd->add_option("--devices", a->devices, "Devices, e.g. cpu:0,cpu:1 or auto")
       ->capture_default_str();
+  cmd->add_option("--device-memory", a->device_memory, train::kDeviceMemoryHelp)
+      ->type_name("SIZE")
+      ->check(CLI::Validator(
+          [](std::string& text) { return train::byte_size_problem(text, "--device-memory"); }, ""));
   add_number(cmd, "--max-batches", a->max_batches, "Stop after N batches (0: the whole file)",
              int64_t{0}, train::kMaxCount);
   cmd->add_option("--precision", a->precision,

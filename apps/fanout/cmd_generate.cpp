@@ -16,6 +16,7 @@
 
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
+#include "apps/train/device_memory.h"
 #include "apps/train/tokenizer.h"
 #include "apps/train/train_options.h"
 #include "engine/core/check.h"
@@ -33,6 +34,7 @@ struct GenerateArgs {
   uint64_t seed = 1234;
   bool json = false, stop_at_eot = false;
   std::string precision = "fp32";
+  std::string device_memory;  // "": no cap
 };
 
 std::vector<int32_t> parse_ids(const std::string& text) {
@@ -84,6 +86,10 @@ int run_generate(const GenerateArgs& a) {
   Device device = device_parse(a.device);
   FANOUT_CHECK(!device.is_bare(), "--device needs an index, e.g. cpu:0");
   devices_check_available({device});
+  if (!a.device_memory.empty()) {
+    train::apply_device_memory(train::parse_byte_size(a.device_memory, "--device-memory"),
+                               {device});
+  }
   auto model =
       models::llama_load(a.checkpoint, device, train::precision_dtype(a.precision, {device}));
   std::vector<int32_t> prompt;
@@ -138,6 +144,10 @@ Command add_generate_command(CLI::App& app) {
   add_number(cmd, "--seed", a->seed, "Sampling seed", uint64_t{0},
              std::numeric_limits<uint64_t>::max());
   cmd->add_option("--device", a->device, "Device to run on")->capture_default_str();
+  cmd->add_option("--device-memory", a->device_memory, train::kDeviceMemoryHelp)
+      ->type_name("SIZE")
+      ->check(CLI::Validator(
+          [](std::string& text) { return train::byte_size_problem(text, "--device-memory"); }, ""));
   cmd->add_flag("--stop-at-eot", a->stop_at_eot, "Stop when the model emits EOT");
   cmd->add_option("--precision", a->precision, "fp32, or bf16 (mixed precision weights)")
       ->capture_default_str();

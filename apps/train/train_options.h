@@ -24,6 +24,7 @@ struct TrainOptions {
   bool shuffle = false;
   // devices and parallelism
   std::string devices, output_device, strategy = "dp", loss_on = "replicas";
+  std::string device_memory;  // a cap on each device's live bytes, e.g. 512MiB ("": none)
   bool overlap = false;
   double bucket_mb = 25.0;
   // batch

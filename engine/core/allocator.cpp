@@ -1,5 +1,6 @@
 #include "engine/core/allocator.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -22,11 +23,9 @@ class CpuAllocator final : public Allocator {
 
  protected:
   void* raw_allocate(size_t bytes) override {
+    if (bytes > SIZE_MAX - kCpuAlignment) return nullptr;  // no such memory anywhere
     size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    void* p = std::aligned_alloc(kCpuAlignment, rounded == 0 ? kCpuAlignment : rounded);
-    FANOUT_CHECK(p != nullptr, "out of memory on ", device().str(), ": could not allocate ",
-                 bytes_str(bytes));
-    return p;
+    return std::aligned_alloc(kCpuAlignment, rounded == 0 ? kCpuAlignment : rounded);
   }
   void raw_deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
 };
@@ -42,7 +41,15 @@ class CudaAllocator final : public Allocator {
 
  protected:
   void* raw_allocate(size_t bytes) override {
-    void* p = cuda_malloc_async(bytes == 0 ? 256 : bytes, device().index, nullptr);
+    void* p = nullptr;
+    try {
+      p = cuda_malloc_async(bytes == 0 ? 256 : bytes, device().index, nullptr);
+    } catch (const Error& e) {
+      // cudaErrorMemoryAllocation, whose text is "out of memory" (cuda_runtime.h has
+      // no error codes); it is not sticky, so the device stays usable.
+      if (std::string(e.what()).find("out of memory") != std::string::npos) return nullptr;
+      throw;
+    }
     cuda_stream_synchronize(nullptr);
     return p;
   }
@@ -75,15 +82,73 @@ const char* mem_tag_name(MemTag tag) {
 }
 
 void Allocator::Counter::add(size_t bytes) {
-  size_t now = live.fetch_add(bytes) + bytes;
+  raise_peak(live.fetch_add(bytes) + bytes);
+}
+
+void Allocator::Counter::raise_peak(size_t now) {
   size_t prev = peak.load();
   while (now > prev && !peak.compare_exchange_weak(prev, now)) {
   }
 }
 
+namespace {
+
+// "out of memory on cpu:1 (--device-memory 512.0 MiB): allocating 12.0 MiB of
+// activations with 506.3 MiB live needs 518.3 MiB". Sizes that round to the same
+// text as the capacity are given in bytes, so the line never reads "1.0 MiB
+// needs 1.0 MiB".
+[[noreturn]] void throw_over_capacity(Device device, MemTag tag, size_t bytes, size_t live,
+                                      size_t capacity) {
+  const bool overflow = bytes > SIZE_MAX - live;
+  const size_t need = overflow ? SIZE_MAX : live + bytes;
+  const bool exact = bytes_str(need) == bytes_str(capacity);
+  auto size = [&](size_t b) { return exact ? std::to_string(b) + " B" : bytes_str(b); };
+  detail::throw_error(detail::str_cat("out of memory on ", device.str(), " (--device-memory ",
+                                      size(capacity), "): allocating ", size(bytes), " of ",
+                                      mem_tag_name(tag), " with ", size(live), " live needs ",
+                                      overflow ? std::string("more than 16 EiB") : size(need)));
+}
+
+[[noreturn]] void throw_exhausted(Device device, MemTag tag, size_t bytes, size_t live) {
+  detail::throw_error(
+      detail::str_cat("out of memory on ", device.str(), ": allocating ", bytes_str(bytes), " of ",
+                      mem_tag_name(tag), " with ", bytes_str(live), " live failed (the ",
+                      device.is_cpu() ? "machine" : "device", " has no more free memory)"));
+}
+
+}  // namespace
+
+// Note [Device capacity]: the capacity check reserves the bytes on the live counter
+// with a compare-exchange before any memory is taken, so threads allocating on one
+// device at once can never take it past the capacity together; a refused or failed
+// allocation gives its reservation back and counts nowhere (not in peak, tag or
+// num_allocs).
 void* Allocator::allocate(size_t bytes, MemTag tag) {
-  void* p = raw_allocate(bytes);
-  total_.add(bytes);
+  const size_t cap = capacity_.load();
+  size_t live = total_.live.load();
+  do {
+    if (cap != 0 && (bytes > cap || live > cap - bytes)) {
+      throw_over_capacity(device_, tag, bytes, live, cap);
+    }
+    if (bytes > SIZE_MAX - live) throw_exhausted(device_, tag, bytes, live);
+  } while (!total_.live.compare_exchange_weak(live, live + bytes));
+  void* p = nullptr;
+  try {
+    p = raw_allocate(bytes);
+  } catch (const Error& e) {
+    total_.live.fetch_sub(bytes);
+    detail::throw_error(detail::str_cat("allocating ", bytes_str(bytes), " of ", mem_tag_name(tag),
+                                        " on ", device_.str(), " with ", bytes_str(live),
+                                        " live failed: ", e.what()));
+  } catch (...) {
+    total_.live.fetch_sub(bytes);
+    throw;
+  }
+  if (p == nullptr) {
+    total_.live.fetch_sub(bytes);
+    throw_exhausted(device_, tag, bytes, live);
+  }
+  total_.raise_peak(live + bytes);
   tags_[static_cast<int>(tag)].add(bytes);
   num_allocs_.fetch_add(1);
   return p;

@@ -3,6 +3,8 @@
 // peak bytes in total and per MemTag (params, grads, optimizer state, ...), so the
 // engine can report where each device's memory goes. CPU: 64-byte aligned host
 // memory. CUDA: the device's stream-ordered memory pool (cudaMallocAsync).
+// An optional capacity caps a device's live bytes (a CPU device standing for a GPU
+// of that size: `--device-memory`); going past it throws fanout::Error.
 
 #include <array>
 #include <atomic>
@@ -35,8 +37,17 @@ class Allocator {
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
+  // Throws fanout::Error, one line naming the device, the tag and the bytes, when the
+  // allocation would take live bytes past capacity() or the memory itself runs out;
+  // a refused allocation counts nowhere.
   void* allocate(size_t bytes, MemTag tag = MemTag::other);
   void deallocate(void* ptr, size_t bytes, MemTag tag = MemTag::other) noexcept;
+
+  // The most live bytes allocate() lets this device hold; 0 (the default) is
+  // unlimited. A capacity below the bytes already live refuses every allocation
+  // until enough is freed.
+  void set_capacity(size_t bytes) { capacity_.store(bytes); }
+  size_t capacity() const { return capacity_.load(); }
 
   Device device() const { return device_; }
   AllocatorStats stats() const;
@@ -44,6 +55,7 @@ class Allocator {
   void reset_peak();
 
  protected:
+  // nullptr when the memory is exhausted; throws for any other failure.
   virtual void* raw_allocate(size_t bytes) = 0;
   virtual void raw_deallocate(void* ptr, size_t bytes) noexcept = 0;
 
@@ -51,12 +63,14 @@ class Allocator {
   struct Counter {
     std::atomic<size_t> live{0}, peak{0};
     void add(size_t bytes);
+    void raise_peak(size_t now);
     void sub(size_t bytes) { live.fetch_sub(bytes); }
   };
   Device device_;
   Counter total_;
   std::array<Counter, kNumMemTags> tags_;
   std::atomic<size_t> num_allocs_{0};
+  std::atomic<size_t> capacity_{0};
 };
 
 // The process-wide allocator of `device` (created on first use, never destroyed).
