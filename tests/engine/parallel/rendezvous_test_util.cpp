@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 
@@ -241,6 +243,33 @@ std::string StderrCapture::text() {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// --- process groups over a Job -------------------------------------------------------
+
+void on_every_rank(int world, const std::function<void(int rank)>& fn) {
+  std::mutex mu;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!first) first = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+std::vector<std::unique_ptr<parallel::ProcessGroup>> gloo_groups(Job& job, double timeout_s) {
+  REQUIRE(static_cast<int>(job.ranks.size()) == job.world);
+  std::vector<std::unique_ptr<parallel::ProcessGroup>> groups(static_cast<size_t>(job.world));
+  on_every_rank(job.world,
+                [&](int r) { groups[r] = parallel::make_gloo_group(job[r], timeout_s); });
+  return groups;
 }
 
 }  // namespace fanout::test::rdzv

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/parallel/process_group.h"
 #include "engine/parallel/rendezvous.h"
 
 namespace fanout::test::rdzv {
@@ -92,5 +93,13 @@ class StderrCapture {
 };
 
 double seconds_since(std::chrono::steady_clock::time_point t0);
+
+// Runs fn(rank) for ranks 0..world-1, each on its own thread, and rethrows the
+// first exception on the calling thread once all have finished.
+void on_every_rank(int world, const std::function<void(int rank)>& fn);
+
+// One Gloo process group per rank of a whole `job`, connected on one thread per
+// rank (each rank's connectFullMesh waits for the others). Destroy them before the job.
+std::vector<std::unique_ptr<parallel::ProcessGroup>> gloo_groups(Job& job, double timeout_s);
 
 }  // namespace fanout::test::rdzv
