@@ -1,5 +1,6 @@
 #include "models/llama_model.h"
 
+#include <algorithm>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -108,19 +109,114 @@ LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_nam
                "the working dtype must be f32 or bf16, got ", dtype_name(working));
   stream_ = std::make_unique<Stream>(
       device, stream_name.empty() ? device.str() + " compute" : std::move(stream_name));
-  params_ = Tensor::empty({layout_.total()}, DType::f32, device, MemTag::params);
-  grads_ = Tensor::empty({layout_.total()}, DType::f32, device, MemTag::grads);
-  flat_fill(*stream_, params_, 0.0f);
-  flat_fill(*stream_, grads_, 0.0f);
-  working_ = params_;
-  if (working != DType::f32) {
-    working_ = Tensor::empty({layout_.total()}, working, device, MemTag::params);
-    params_to_working(0, layout_.total());
+  const int64_t L = config_.num_hidden_layers;
+  units_.push_back({layout_.embed(), layout_.embed() + config_.vocab_size * config_.hidden_size});
+  for (int64_t l = 0; l < L; ++l) units_.push_back({layout_.layer(l).begin, layout_.layer(l).end});
+  units_.push_back({layout_.final_norm(), layout_.total()});
+  for (size_t u = 0; u + 1 < units_.size(); ++u)
+    FANOUT_ASSERT(units_[u].end == units_[u + 1].begin, "the units do not tile the layout");
+  FANOUT_ASSERT(units_.front().begin == 0 && units_.back().end == layout_.total(),
+                "the units do not cover the layout");
+  unit_weights_.resize(units_.size());
+  unit_grads_.resize(units_.size());
+}
+
+// Note [Lazy flat buffers]: the flat parameters and gradients are allocated at
+// their first use, not in the constructor, so that zero2/zero3 (which keep only
+// shards, engine/parallel/unit_store.h) never allocate what they replace -- under
+// --device-memory a model larger than one device must not fail before it is sharded.
+void LlamaModel::ensure_flat() {
+  const int64_t P = layout_.total();
+  if (!store_weights_ && !params_.defined()) {
+    params_ = Tensor::empty({P}, DType::f32, device_, MemTag::params);
+    flat_fill(*stream_, params_, 0.0f);
+    working_ = params_;
+    if (working_dtype_ != DType::f32) {
+      working_ = Tensor::empty({P}, working_dtype_, device_, MemTag::params);
+      params_to_working(0, P);
+    }
   }
+  if (store_ == nullptr && !grads_.defined()) {
+    grads_ = Tensor::empty({P}, DType::f32, device_, MemTag::grads);
+    flat_fill(*stream_, grads_, 0.0f);
+  }
+}
+
+void LlamaModel::set_unit_store(parallel::UnitStore* store, bool weights) {
+  FANOUT_ASSERT(store != nullptr && store_ == nullptr, "set_unit_store: once, with a store");
+  FANOUT_ASSERT(!params_.defined() && !grads_.defined(),
+                "set_unit_store after the flat buffers were allocated");
+  store_ = store;
+  store_weights_ = weights;
+}
+
+Tensor LlamaModel::params() {
+  FANOUT_ASSERT(!store_weights_, "params() of a model whose weights are sharded (zero3)");
+  ensure_flat();
+  return params_;
+}
+
+Tensor LlamaModel::grads() {
+  FANOUT_ASSERT(store_ == nullptr, "grads() of a model whose gradients are sharded");
+  ensure_flat();
+  return grads_;
+}
+
+Tensor LlamaModel::working_params() {
+  FANOUT_ASSERT(!store_weights_, "working_params() of a model whose weights are sharded (zero3)");
+  ensure_flat();
+  return working_;
+}
+
+int LlamaModel::unit_of(int64_t offset) const {
+  auto it = std::upper_bound(units_.begin(), units_.end(), offset,
+                             [](int64_t o, const parallel::ParamUnit& u) { return o < u.begin; });
+  return static_cast<int>(it - units_.begin()) - 1;
+}
+
+Tensor LlamaModel::w(int64_t offset, Shape shape) const {
+  if (!store_weights_) return working_.view(offset, std::move(shape));
+  int u = unit_of(offset);
+  FANOUT_ASSERT(unit_weights_[u].defined(), "unit ", u, "'s weights used without acquiring them");
+  return unit_weights_[u].view(offset - units_[u].begin, std::move(shape));
+}
+
+Tensor LlamaModel::g(int64_t offset, Shape shape) const {
+  if (store_ == nullptr) return grads_.view(offset, std::move(shape));
+  int u = unit_of(offset);
+  FANOUT_ASSERT(unit_grads_[u].defined(), "unit ", u, "'s gradients used without acquiring them");
+  return unit_grads_[u].view(offset - units_[u].begin, std::move(shape));
+}
+
+void LlamaModel::acquire_weights(int unit, int next) {
+  if (!store_weights_) return;
+  unit_weights_[unit] = store_->acquire_weights(unit, next);
+}
+
+void LlamaModel::release_weights(int unit) {
+  if (!store_weights_) return;
+  unit_weights_[unit] = Tensor();
+  store_->release_weights(unit);
+}
+
+void LlamaModel::acquire_grads(int unit) {
+  if (store_ == nullptr) return;
+  unit_grads_[unit] = store_->acquire_grads(unit);
+}
+
+void LlamaModel::release_grads(int unit) {
+  if (store_ == nullptr) {
+    if (grad_ready_) grad_ready_(units_[unit].begin, units_[unit].end);
+    return;
+  }
+  unit_grads_[unit] = Tensor();
+  store_->release_grads(unit);
 }
 
 void LlamaModel::params_to_working(int64_t begin, int64_t end) {
   if (working_dtype_ == DType::f32 || end <= begin) return;
+  FANOUT_ASSERT(!store_weights_, "params_to_working of a model whose weights are sharded");
+  ensure_flat();
   ops::cast_f32_to_bf16(*stream_, working_.view(begin, {end - begin}),
                         params_.view(begin, {end - begin}), end - begin);
 }
@@ -132,9 +228,10 @@ LlamaModel::~LlamaModel() {
   }
 }
 
-void LlamaModel::init_random(uint64_t seed) {
-  std::vector<float> host(static_cast<size_t>(layout_.total()));
-  const auto& params = layout_.params();
+std::vector<float> LlamaModel::random_params(const LlamaConfig& config, uint64_t seed) {
+  LlamaLayout layout(config);
+  std::vector<float> host(static_cast<size_t>(layout.total()));
+  const auto& params = layout.params();
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamInfo& p = params[i];
     float* dst = host.data() + p.offset;
@@ -146,23 +243,34 @@ void LlamaModel::init_random(uint64_t seed) {
     std::normal_distribution<float> normal(0.0f, 0.02f);
     for (int64_t j = 0; j < p.numel; ++j) dst[j] = normal(rng);
   }
-  tensor_upload(*stream_, params_, host.data());
+  return host;
+}
+
+void LlamaModel::init_random(uint64_t seed) {
+  std::vector<float> host = random_params(config_, seed);
+  tensor_upload(*stream_, params(), host.data());
   params_to_working(0, layout_.total());
 }
 
-Tensor LlamaModel::param(const std::string& name) const {
+Tensor LlamaModel::param(const std::string& name) {
+  FANOUT_CHECK(!store_weights_, "param(): the weights are sharded (zero3)");
+  ensure_flat();
   const ParamInfo* p = layout_.find(name);
   FANOUT_CHECK(p != nullptr, "no parameter named ", name);
   return w(p->offset, p->shape);
 }
 
-Tensor LlamaModel::grad(const std::string& name) const {
+Tensor LlamaModel::grad(const std::string& name) {
+  FANOUT_CHECK(store_ == nullptr, "grad(): the gradients are sharded (zero2/zero3)");
+  ensure_flat();
   const ParamInfo* p = layout_.find(name);
   FANOUT_CHECK(p != nullptr, "no parameter named ", name);
   return g(p->offset, p->shape);
 }
 
 void LlamaModel::zero_grads() {
+  if (store_ != nullptr) return;  // the store's shards are the engine's to clear
+  ensure_flat();
   flat_fill(*stream_, grads_, 0.0f);
 }
 
@@ -180,6 +288,7 @@ void LlamaModel::reserve(int64_t rows, int64_t seq_len) {
 
 void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
   FANOUT_ASSERT(inputs.dtype() == DType::i32 && inputs.numel() == B * T, "inputs ", inputs.str());
+  ensure_flat();
   reserve(B, T);
   B_ = B, T_ = T;
   inputs_ = inputs;
@@ -192,10 +301,21 @@ void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
   float eps = static_cast<float>(c.rms_norm_eps);
   StreamSpan span(s, "forward");
 
+  const int head = head_unit();
+  const bool tied = config_.tie_word_embeddings;
+  if (head_held_) {  // a forward that no backward followed (evaluation)
+    release_weights(head);
+    if (tied) release_weights(0);
+    head_held_ = false;
+  }
+  acquire_weights(0, 1);
   ops::embedding_forward(s, a.res[0], inputs, w(layout_.embed(), {V, C}), N, C, V);
+  release_weights(0);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerOffsets& o = layout_.layer(l);
     Arena::Layer& x = a.layers[l];
+    const int unit = static_cast<int>(l) + 1;
+    acquire_weights(unit, unit + 1);
     // attention block: res_mid = res + o_proj(attention(rope(q), rope(k), v))
     ops::rmsnorm_forward(s, x.ln1, x.rstd1, a.res[l], w(o.ln1, {C}), N, C, eps);
     ops::matmul_forward(s, x.q, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
@@ -213,8 +333,13 @@ void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
     ops::swiglu_forward(s, x.act, x.gate, x.up, N * I);
     ops::matmul_forward(s, a.tmp_c, x.act, w(o.down, {C, I}), N, I, C);
     ops::residual_forward(s, a.res[l + 1], x.res_mid, a.tmp_c, N * C);
+    release_weights(unit);
   }
   int64_t L = c.num_hidden_layers;
+  // The head's weights stay for the backward that follows (released there).
+  acquire_weights(head, tied ? 0 : -1);
+  if (tied) acquire_weights(0, -1);
+  head_held_ = true;
   ops::rmsnorm_forward(s, a.lnf, a.rstdf, a.res[L], w(layout_.final_norm(), {C}), N, C, eps);
   ops::matmul_forward(s, a.logits, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V);
 }
@@ -269,9 +394,6 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
   int64_t V = c.vocab_size, H = c.num_attention_heads, KV = c.num_key_value_heads;
   int64_t D = c.head_dim, Hd = H * D, KVd = KV * D, L = c.num_hidden_layers;
   StreamSpan span(s, "backward");
-  auto ready = [&](int64_t begin, int64_t end) {
-    if (grad_ready_) grad_ready_(begin, end);
-  };
   // Scratch that gradients accumulate into is cleared for this batch's size only.
   auto zero = [&](const Tensor& t, int64_t n) { flat_fill(s, t.view(0, {n}), 0.0f); };
   // d(residual) as the o_proj and down_proj GEMMs read it: itself in fp32, a
@@ -282,6 +404,15 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
     return a.dres_x;
   };
 
+  const int head = head_unit();
+  const bool tied = config_.tie_word_embeddings;
+  if (!head_held_) {
+    acquire_weights(head, -1);
+    if (tied) acquire_weights(0, -1);
+  }
+  head_held_ = false;
+  acquire_grads(head);
+  if (tied) acquire_grads(0);  // the lm_head's gradient, until the embedding adds its own
   // lm_head and the final norm
   zero(a.dln, N * C);
   ops::matmul_backward(s, a.dln, g(layout_.lm_head(), {V, C}), dlogits, a.lnf,
@@ -289,11 +420,16 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
   zero(a.dres, N * C);
   ops::rmsnorm_backward(s, a.dres, g(layout_.final_norm(), {C}), a.dln, a.res[L],
                         w(layout_.final_norm(), {C}), a.rstdf, N, C);
-  ready(layout_.final_norm(), layout_.total());
+  release_weights(head);
+  if (tied) release_weights(0);
+  release_grads(head);
 
   for (int64_t l = L - 1; l >= 0; --l) {
     const LayerOffsets& o = layout_.layer(l);
     Arena::Layer& x = a.layers[l];
+    const int unit = static_cast<int>(l) + 1;
+    acquire_weights(unit, unit > 1 ? unit - 1 : -1);
+    acquire_grads(unit);
     // MLP block; dres holds d(res[l+1]) and becomes d(res_mid).
     zero(a.dact, N * I);
     ops::matmul_backward(s, a.dact, g(o.down, {C, I}), dres_for_gemm(), x.act, w(o.down, {C, I}), N,
@@ -316,10 +452,12 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
     ops::matmul_backward(s, a.dln, g(o.k, {KVd, C}), a.dk, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
     ops::matmul_backward(s, a.dln, g(o.v, {KVd, C}), a.dv, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
     ops::rmsnorm_backward(s, a.dres, g(o.ln1, {C}), a.dln, a.res[l], w(o.ln1, {C}), x.rstd1, N, C);
-    ready(o.begin, o.end);
+    release_weights(unit);
+    release_grads(unit);
   }
+  if (!tied) acquire_grads(0);
   ops::embedding_backward(s, g(layout_.embed(), {V, C}), a.dres, inputs_, N, C, V);
-  ready(layout_.embed(), layout_.embed() + V * C);
+  release_grads(0);
 }
 
 }  // namespace fanout::models

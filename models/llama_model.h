@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
@@ -29,22 +30,30 @@ class LlamaModel final : public parallel::Replica {
 
   const LlamaConfig& config() const { return config_; }
   const LlamaLayout& layout() const { return layout_; }
-  DType working_dtype() const { return working_dtype_; }
+  DType working_dtype() const override { return working_dtype_; }
 
   // Normal(0, 0.02) for matrices and embeddings, ones for norms; depends only on
   // the seed (each tensor has its own generator), not on the device. The working
   // weights follow.
   void init_random(uint64_t seed);
-  // A named parameter (or gradient) as a view of the flat buffer.
-  Tensor param(const std::string& name) const;
-  Tensor grad(const std::string& name) const;
+  // The same values on the host, without a model.
+  static std::vector<float> random_params(const LlamaConfig& config, uint64_t seed);
+  // A named parameter (or gradient) as a view of the flat buffer (not under a
+  // unit store, whose buffers exist only between acquire and release).
+  Tensor param(const std::string& name);
+  Tensor grad(const std::string& name);
 
   // --- Replica ---
   Device device() const override { return device_; }
   Stream& compute_stream() override { return *stream_; }
-  Tensor params() override { return params_; }
-  Tensor grads() override { return grads_; }
-  Tensor working_params() override { return working_; }
+  int64_t num_params() const override { return layout_.total(); }
+  // The embedding, each decoder layer, then the final norm with the lm_head
+  // (when untied) as the head.
+  std::vector<parallel::ParamUnit> units() const override { return units_; }
+  void set_unit_store(parallel::UnitStore* store, bool weights) override;
+  Tensor params() override;
+  Tensor grads() override;
+  Tensor working_params() override;
   void params_to_working(int64_t begin, int64_t end) override;
   void zero_grads() override;
   void reserve(int64_t rows, int64_t seq_len) override;
@@ -60,9 +69,20 @@ class LlamaModel final : public parallel::Replica {
   struct Arena;
   void forward_hidden(const Tensor& inputs, int64_t B, int64_t T);  // up to logits
   void backward_hidden(const Tensor& dlogits);                      // from dlogits down
-  // Working weights (what forward and backward read) and f32 gradients.
-  Tensor w(int64_t offset, Shape shape) const { return working_.view(offset, std::move(shape)); }
-  Tensor g(int64_t offset, Shape shape) const { return grads_.view(offset, std::move(shape)); }
+  // The flat buffers that no unit store replaces, allocated on first use.
+  void ensure_flat();
+  // Working weights (what forward and backward read) and f32 gradients: views of
+  // the flat buffers, or of the unit's buffers under a unit store.
+  Tensor w(int64_t offset, Shape shape) const;
+  Tensor g(int64_t offset, Shape shape) const;
+  int unit_of(int64_t offset) const;
+  // A unit's buffers, around its use (no-ops without a store, except that
+  // release_grads reports the range as ready for --overlap).
+  void acquire_weights(int unit, int next);
+  void release_weights(int unit);
+  void acquire_grads(int unit);
+  void release_grads(int unit);
+  int head_unit() const { return static_cast<int>(units_.size()) - 1; }
 
   LlamaConfig config_;
   LlamaLayout layout_;
@@ -71,6 +91,11 @@ class LlamaModel final : public parallel::Replica {
   DType working_dtype_;
   Tensor params_, grads_;
   Tensor working_;  // params_ itself in fp32, a bf16 copy in mixed precision
+  std::vector<parallel::ParamUnit> units_;
+  parallel::UnitStore* store_ = nullptr;           // zero2/zero3: gradients live there
+  bool store_weights_ = false;                     // zero3: weights too
+  std::vector<Tensor> unit_weights_, unit_grads_;  // under the store, while acquired
+  bool head_held_ = false;  // forward keeps the head's weights for the backward that follows
   std::unique_ptr<Arena> arena_;
   GradReadyFn grad_ready_;
   // The last forward's batch.

@@ -64,8 +64,9 @@ std::string describe(int status) {
   return "stopped";
 }
 
-// Every rank of `launch -- train` must run --strategy ddp: with any other
-// strategy each process would train alone, all on one --out. "" if it does.
+// Every rank of `launch -- train` must run a multi-process strategy (ddp, or
+// zero1/zero2/zero3 sharded over the ranks): with dp each process would train
+// alone, all on one --out. "" if it does.
 std::string train_strategy_problem(const std::vector<std::string>& command, int nproc) {
   if (command.empty() || command[0] != "train") return "";
   std::vector<std::string> given;
@@ -85,17 +86,20 @@ std::string train_strategy_problem(const std::vector<std::string>& command, int 
       if (!list.empty()) list += ", ";
       list += "'" + g + "'";
     }
-    return "launch runs multi-process ddp: --strategy is given " + std::to_string(given.size()) +
-           " times (" + list + "); give it once, as --strategy ddp";
+    return "launch runs multi-process training: --strategy is given " +
+           std::to_string(given.size()) + " times (" + list +
+           "); give it once (ddp, zero1, zero2 or zero3)";
   }
   if (given.empty())
-    return "launch runs multi-process ddp: 'train' without --strategy would start " + runs +
-           "; add --strategy ddp";
+    return "launch runs multi-process training: 'train' without --strategy would start " + runs +
+           "; add --strategy ddp (or zero1, zero2, zero3)";
   if (given[0].empty())
-    return "launch runs multi-process ddp: 'train --strategy' has no value; add --strategy ddp";
-  if (given[0] != "ddp")
-    return "launch runs multi-process ddp: 'train --strategy " + given[0] + "' would start " +
-           runs + "; use --strategy ddp";
+    return "launch runs multi-process training: 'train --strategy' has no value; add --strategy "
+           "ddp (or zero1, zero2, zero3)";
+  const std::string& g = given[0];
+  if (g != "ddp" && g != "zero1" && g != "zero2" && g != "zero3")
+    return "launch runs multi-process training: 'train --strategy " + g + "' would start " + runs +
+           "; use --strategy ddp, zero1, zero2 or zero3";
   return "";
 }
 

@@ -9,6 +9,7 @@
 
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
+#include "apps/train/device_memory.h"
 #include "apps/train/trainer.h"
 
 namespace fanout::app {
@@ -49,7 +50,14 @@ Command add_train_command(CLI::App& app) {
   // devices
   add("devices", o->devices, "Devices (default: every GPU, else one CPU device per core)");
   add("output-device", o->output_device, "Where logits are gathered (default: the first device)");
-  add("strategy", o->strategy, "dp, zero1 or ddp");
+  // A size, not text: its own check refuses "" too.
+  CLI::Option* device_memory =
+      cmd->add_option("--device-memory", o->device_memory, train::kDeviceMemoryHelp);
+  device_memory->type_name("SIZE")->check(CLI::Validator(
+      [](std::string& text) { return train::byte_size_problem(text, "--device-memory"); }, ""));
+  opts->emplace_back("device-memory", device_memory);
+  add("strategy", o->strategy,
+      "dp, zero1, zero2, zero3 (sharded; across processes under fanout launch) or ddp");
   add("loss-on", o->loss_on, "output (faithful nn.DataParallel) or replicas");
   flag("overlap", o->overlap, "Reduce gradient buckets while backward runs");
   num("bucket-mb", o->bucket_mb, 0.0, train::kMaxBucketMb,

@@ -50,7 +50,12 @@ void memory_check_fits(const models::LlamaConfig& config, const std::vector<Devi
   const int64_t weights = size_mul("the model's parameters in bytes", {config.num_parameters(), 4});
   // Token ids (inputs and targets) always live on the host.
   int64_t need = size_mul("the token ids in bytes", {tokens, 2, 4});
-  const int64_t replica = size_add("one replica's memory", {size_mul("", {weights, 2}), act});
+  // Weights and gradients per replica: whole, or (zero2, zero3) a share of them.
+  const int64_t shares = std::max<int64_t>(1, ask.shards);
+  const int64_t weight_bytes = ask.sharded_weights ? weights / shares : weights;
+  const int64_t grad_bytes = ask.sharded_grads ? weights / shares : weights;
+  const int64_t replica =
+      size_add("one replica's memory", {size_add("", {weight_bytes, grad_bytes}), act});
   need = size_add("the memory of the run",
                   {need, size_mul("the memory of the CPU replicas", {replica, cpu_replicas})});
   if (ask.optimizer_state && cpu_replicas > 0) {

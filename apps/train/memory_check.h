@@ -18,6 +18,10 @@ struct MemoryAsk {
   int64_t seq_len = 0;
   bool gather_logits = false;    // faithful dp: the batch's logits gathered on devices[0]
   bool optimizer_state = false;  // AdamW's two moments (training, not benchmarks of forward)
+  // zero2: the gradients, zero3: the weights too, are split over `shards` owners
+  // (devices, or processes), each replica holding at least its share.
+  bool sharded_grads = false, sharded_weights = false;
+  int64_t shards = 1;
 };
 
 // Throws fanout::Error "a batch of R x T tokens needs at least N GiB of memory, more

@@ -22,15 +22,22 @@ std::vector<DecayRun> decay_runs(const models::LlamaLayout& layout) {
 
 Optimizer::Optimizer(parallel::DataParallel& dp, std::vector<DecayRun> runs,
                      ops::AdamWConfig config)
-    : dp_(dp), runs_(std::move(runs)), config_(config) {
-  for (const auto& shard : dp.shards()) {
+    : dp_(dp), runs_(std::move(runs)), config_(config) {}
+
+// Note [Lazy optimizer state]: m and v are allocated at the first step (or when
+// a checkpoint's state is loaded), as torch.optim.AdamW does, so a run that does
+// not fit its devices stops at step 1 -- where PyTorch would -- and a device's
+// memory before the first step is what the model alone takes.
+void Optimizer::ensure_state() {
+  if (!state_.empty()) return;
+  for (const auto& shard : dp_.shards()) {
     ShardState s{shard.replica, shard.begin, shard.end, {}, {}, {}};
-    Device d = dp.replica(shard.replica).device();
+    Device d = dp_.replica(shard.replica).device();
     int64_t n = std::max<int64_t>(shard.end - shard.begin, 1);
     s.m = Tensor::empty({n}, DType::f32, d, MemTag::optimizer);
     s.v = Tensor::empty({n}, DType::f32, d, MemTag::optimizer);
     s.norm = Tensor::empty({1}, DType::f32, d, MemTag::optimizer);
-    Stream& stream = dp.replica(shard.replica).compute_stream();
+    Stream& stream = dp_.replica(shard.replica).compute_stream();
     flat_fill(stream, s.m, 0.0f);
     flat_fill(stream, s.v, 0.0f);
     stream.synchronize();
@@ -39,35 +46,39 @@ Optimizer::Optimizer(parallel::DataParallel& dp, std::vector<DecayRun> runs,
 }
 
 double Optimizer::step(int64_t step, float lr, double clip) {
+  ensure_state();
   std::vector<double> squares(state_.size(), 0.0);
   dp_.run_on_shards([&](const parallel::DataParallel::Shard& shard, parallel::Replica& rep) {
     for (size_t i = 0; i < state_.size(); ++i) {
       ShardState& s = state_[i];
-      if (s.replica != shard.replica || s.end <= s.begin) continue;
+      if (s.replica != shard.replica || s.begin != shard.begin || s.end <= s.begin) continue;
       Stream& stream = rep.compute_stream();
-      ops::norm_squared(stream, s.norm, rep.grads().view(s.begin, {s.end - s.begin}),
-                        s.end - s.begin);
+      ops::norm_squared(stream, s.norm, dp_.shard_grads(shard), s.end - s.begin);
       squares[i] = tensor_to_vector<float>(stream, s.norm)[0];
     }
   });
   double total = 0;
   for (double sq : squares) total += sq;
+  // Sharded across processes, each rank holds the squares of its own shard.
+  if (dp_.sharded() && dp_.options().process_group)
+    dp_.options().process_group->all_reduce_host(&total, 1);
   double norm = std::sqrt(total);
   if (!std::isfinite(norm)) return norm;
   float scale = clip > 0 ? ops::clip_coefficient(norm, clip) : 1.0f;
   dp_.run_on_shards([&](const parallel::DataParallel::Shard& shard, parallel::Replica& rep) {
     for (ShardState& s : state_) {
-      if (s.replica != shard.replica) continue;
+      if (s.replica != shard.replica || s.begin != shard.begin) continue;
       Stream& stream = rep.compute_stream();
+      Tensor params = dp_.shard_params(shard), grads = dp_.shard_grads(shard);
       for (const DecayRun& run : runs_) {
         int64_t lo = std::max(run.begin, s.begin), hi = std::min(run.end, s.end);
         if (lo >= hi) continue;
         ops::AdamWConfig c = config_;
         c.lr = lr;
         if (!run.decay) c.weight_decay = 0.0f;
-        ops::adamw_update(stream, rep.params().view(lo, {hi - lo}), rep.grads().view(lo, {hi - lo}),
-                          s.m.view(lo - s.begin, {hi - lo}), s.v.view(lo - s.begin, {hi - lo}),
-                          hi - lo, c, step, scale);
+        ops::adamw_update(stream, params.view(lo - s.begin, {hi - lo}),
+                          grads.view(lo - s.begin, {hi - lo}), s.m.view(lo - s.begin, {hi - lo}),
+                          s.v.view(lo - s.begin, {hi - lo}), hi - lo, c, step, scale);
       }
     }
   });
@@ -76,21 +87,21 @@ double Optimizer::step(int64_t step, float lr, double clip) {
 }
 
 void Optimizer::state_to_host(std::vector<float>& m, std::vector<float>& v) {
-  int64_t P = dp_.primary().params().numel();
+  int64_t P = dp_.primary().num_params();
   m.assign(P, 0.0f);
   v.assign(P, 0.0f);
-  for (ShardState& s : state_) {
-    if (s.end <= s.begin) continue;
-    Stream& stream = dp_.replica(s.replica).compute_stream();
-    tensor_to_host(stream, s.m.view(0, {s.end - s.begin}), m.data() + s.begin);
-    tensor_to_host(stream, s.v.view(0, {s.end - s.begin}), v.data() + s.begin);
-  }
+  if (state_.empty()) return;  // no step yet: AdamW's state is zero
+  std::vector<Tensor> ms, vs;
+  for (ShardState& s : state_) ms.push_back(s.m), vs.push_back(s.v);
+  dp_.shards_to_host(ms, m.data());
+  dp_.shards_to_host(vs, v.data());
 }
 
 void Optimizer::state_from_host(const std::vector<float>& m, const std::vector<float>& v) {
-  int64_t P = dp_.primary().params().numel();
+  int64_t P = dp_.primary().num_params();
   FANOUT_CHECK(static_cast<int64_t>(m.size()) == P && static_cast<int64_t>(v.size()) == P,
                "optimizer state holds ", m.size(), " values, the model ", P);
+  ensure_state();
   for (ShardState& s : state_) {
     if (s.end <= s.begin) continue;
     Stream& stream = dp_.replica(s.replica).compute_stream();

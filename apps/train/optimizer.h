@@ -34,6 +34,7 @@ class Optimizer {
   void state_from_host(const std::vector<float>& m, const std::vector<float>& v);
 
  private:
+  void ensure_state();
   struct ShardState {
     int replica;
     int64_t begin, end;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "apps/train/device_memory.h"
 #include "engine/core/check.h"
 
 namespace fanout::train {
@@ -19,6 +20,7 @@ namespace fanout::train {
   X("packing", packing)                     \
   X("shuffle", shuffle)                     \
   X("output-device", output_device)         \
+  X("device-memory", device_memory)         \
   X("strategy", strategy)                   \
   X("loss-on", loss_on)                     \
   X("overlap", overlap)                     \
@@ -133,10 +135,12 @@ void train_options_validate(const TrainOptions& o) {
   check_real(o.eps, "eps", 0, 1, true);
   check_real(o.clip, "clip", 0, 1e9, false);
   check_real(o.timeout, "timeout", 0, 1e6, true);
+  if (!o.device_memory.empty()) parse_byte_size(o.device_memory, "--device-memory");
   FANOUT_CHECK(o.packing == "on" || o.packing == "off", "--packing must be on or off, got '",
                o.packing, "'");
-  FANOUT_CHECK(o.strategy == "dp" || o.strategy == "zero1" || o.strategy == "ddp",
-               "--strategy must be dp, zero1 or ddp, got '", o.strategy, "'");
+  FANOUT_CHECK(o.strategy == "dp" || o.strategy == "zero1" || o.strategy == "zero2" ||
+                   o.strategy == "zero3" || o.strategy == "ddp",
+               "--strategy must be dp, zero1, zero2, zero3 or ddp, got '", o.strategy, "'");
   FANOUT_CHECK(o.loss_on == "output" || o.loss_on == "replicas",
                "--loss-on must be output or replicas, got '", o.loss_on, "'");
   FANOUT_CHECK(o.precision == "fp32" || o.precision == "bf16",

@@ -10,6 +10,7 @@
 
 #include "apps/train/corpus.h"
 #include "apps/train/data_loader.h"
+#include "apps/train/device_memory.h"
 #include "apps/train/memory_check.h"
 #include "apps/train/run_dir.h"
 #include "apps/train/schedule.h"
@@ -127,7 +128,8 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     s.saved_rows_per_batch = saved.batch_size / std::max<int64_t>(saved.grad_accum, 1);
     s.saved_seq_len = saved.seq_len;
     // A ddp run's checkpoint resumes in one process too (the files are the same):
-    // ddp is kept only where the launcher's environment is present.
+    // ddp is kept only where the launcher's environment is present (a zero run
+    // stays sharded, over the devices of one process).
     if (o.strategy == "ddp" && !given.count("strategy") && std::getenv("RANK") == nullptr) {
       o.strategy = "dp";
     }
@@ -184,14 +186,16 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
                   static_cast<long long>(was_at));
     s.notes.push_back(line);
   }
-  if (o.strategy == "ddp") {
+  const bool zero = o.strategy.rfind("zero", 0) == 0;
+  if (o.strategy == "ddp" || (zero && std::getenv("RANK") != nullptr)) {
+    // ddp, or zero1/zero2/zero3 sharded over the processes of a launcher.
     s.ddp = ddp_env_from_environment();
   } else if (const char* world = std::getenv("WORLD_SIZE");
              world && std::string(world) != "1" && std::string(world) != "") {
     // Under a launcher every rank would train alone on the same --out.
     detail::throw_error(detail::str_cat(
         "WORLD_SIZE=", world, " says this is one of several processes, but --strategy ", o.strategy,
-        " trains in one process: use --strategy ddp under a launcher"));
+        " trains in one process: use --strategy ddp, zero1, zero2 or zero3 under a launcher"));
   }
   // --- devices
   if (s.ddp.enabled) {
@@ -215,6 +219,17 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     FANOUT_CHECK(!s.output_device->is_bare(), "--output-device needs an index, e.g. cpu:0");
     devices_check_available({*s.output_device});
   }
+  {  // Before any model is built: each device's cap (--device-memory; none without it).
+    std::vector<Device> capped = s.devices;
+    if (s.output_device) capped.push_back(*s.output_device);
+    apply_device_memory(
+        o.device_memory.empty() ? 0 : parse_byte_size(o.device_memory, "--device-memory"), capped);
+  }
+  // zero3's ranks gather every unit's weights together: each must run the model.
+  FANOUT_CHECK(!(o.strategy == "zero3" && s.ddp.enabled && s.micro_rows < s.ddp.world),
+               "--strategy zero3 across ", s.ddp.world, " processes needs at least ", s.ddp.world,
+               " rows per micro-batch (one per rank), got ", s.micro_rows,
+               " (--batch-size / --grad-accum)");
   FANOUT_CHECK(!(s.ddp.enabled && !o.micro_batch_sizes.empty()),
                "--micro-batch-sizes splits rows over the devices of one process; under ddp each "
                "rank takes its rows of every batch");
@@ -234,8 +249,11 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     int64_t share = memory_largest_share(s.micro_rows, n);
     if (!s.chunk_sizes.empty())
       share = *std::max_element(s.chunk_sizes.begin(), s.chunk_sizes.end());
-    memory_check_fits(s.config, s.devices,
-                      {s.micro_rows, share, o.seq_len, o.loss_on == "output", true});
+    MemoryAsk ask{s.micro_rows, share, o.seq_len, o.loss_on == "output", true};
+    ask.sharded_grads = o.strategy == "zero2" || o.strategy == "zero3";
+    ask.sharded_weights = o.strategy == "zero3";
+    ask.shards = s.ddp.enabled ? s.ddp.world : n;
+    memory_check_fits(s.config, s.devices, ask);
   }
   if (o.data.empty()) {
     Corpus corpus = default_corpus();

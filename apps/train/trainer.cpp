@@ -170,7 +170,10 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   dpo.device_ids = s.devices;
   dpo.output_device = s.output_device;
   dpo.chunk_sizes = s.chunk_sizes;
-  dpo.strategy = o.strategy == "zero1" ? parallel::Strategy::zero1 : parallel::Strategy::dp;
+  dpo.strategy = o.strategy == "zero1"   ? parallel::Strategy::zero1
+                 : o.strategy == "zero2" ? parallel::Strategy::zero2
+                 : o.strategy == "zero3" ? parallel::Strategy::zero3
+                                         : parallel::Strategy::dp;
   dpo.loss_on = o.loss_on == "output" ? parallel::LossOn::output : parallel::LossOn::replicas;
   dpo.overlap = o.overlap;
   dpo.bucket_mb = o.bucket_mb;
@@ -184,18 +187,23 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   };
   parallel::DataParallel dp(factory, dpo, cross_entropy_loss_functions());
   auto& primary = dynamic_cast<models::LlamaModel&>(dp.primary());
-  if (s.resume) {
-    tensor_upload(primary.compute_stream(), primary.params(), s.resume->params.data());
-  } else if (!s.init_params.empty()) {
-    tensor_upload(primary.compute_stream(), primary.params(), s.init_params.data());
-  } else {
-    primary.init_random(o.seed);
+  {
+    std::vector<float> random;
+    const float* values = s.resume                 ? s.resume->params.data()
+                          : !s.init_params.empty() ? s.init_params.data()
+                                                   : nullptr;
+    if (!values) random = models::LlamaModel::random_params(s.config, o.seed);
+    dp.params_from_host(values ? values : random.data());
   }
-  if (group) {  // every rank starts from rank 0's weights
+  if (group && dpo.strategy != parallel::Strategy::zero3) {
+    // every rank starts from rank 0's weights (zero3's ranks each load their own
+    // shard of the same values)
     group->broadcast(primary.params(), 0, primary.compute_stream());
     primary.compute_stream().synchronize();
+    dp.params_changed();
   }
-  dp.params_changed();
+  // Sharded across processes, a checkpoint's gathers need every rank.
+  const bool collective_save = group != nullptr && dp.sharded();
   ops::AdamWConfig adam;
   adam.lr = static_cast<float>(o.lr), adam.beta1 = static_cast<float>(o.beta1);
   adam.beta2 = static_cast<float>(o.beta2), adam.eps = static_cast<float>(o.eps);
@@ -220,13 +228,13 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
 
   auto save = [&](const std::string& name, int64_t step) -> std::string {
     std::string dir = (fs::path(o.out) / name).string();
-    if (!main_rank) return dir;
+    if (!main_rank && !collective_save) return dir;
     Checkpoint c;
     c.config = s.config;
     c.params.resize(layout.total());
-    dp.gather_master();  // zero1 in bf16 keeps each shard's fp32 master on its owner
-    tensor_to_host(primary.compute_stream(), primary.params(), c.params.data());
+    dp.params_to_host(c.params.data());  // whole, whatever the strategy
     opt.state_to_host(c.exp_avg, c.exp_avg_sq);
+    if (!main_rank) return dir;
     c.state.step = step;
     c.state.data = loader.state();
     c.state.seed = o.seed;
@@ -367,11 +375,29 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
     }
     say(line);
   }
+  // zero3 keeps no whole model on any device: the sample runs on a copy.
+  std::vector<float> whole;
+  if (!o.json && dpo.strategy == parallel::Strategy::zero3) {
+    whole.resize(layout.total());
+    dp.params_to_host(whole.data());
+  }
   if (!main_rank) return 0;
   say("final checkpoint: " + final_dir);
   if (!o.json) {
-    std::string sample = sample_text(primary, o.seed, 240);
-    say("sample:\n  " + sample);
+    try {
+      std::string sample;
+      if (whole.empty()) {
+        sample = sample_text(primary, o.seed, 240);
+      } else {
+        models::LlamaModel copy(s.config, s.devices[0], "", working);
+        tensor_upload(copy.compute_stream(), copy.params(), whole.data());
+        copy.params_to_working(0, layout.total());
+        sample = sample_text(copy, o.seed, 240);
+      }
+      say("sample:\n  " + sample);
+    } catch (const Error& e) {
+      say(std::string("no sample: ") + e.what());
+    }
   }
   if (o.json) std::printf("%s\n", summary.dump().c_str());
   return 0;

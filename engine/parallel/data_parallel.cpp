@@ -7,6 +7,7 @@
 #include "engine/core/check.h"
 #include "engine/core/trace.h"
 #include "engine/parallel/grad_buckets.h"
+#include "engine/parallel/unit_store.h"
 
 namespace fanout::parallel {
 
@@ -28,6 +29,20 @@ std::pair<std::vector<int>, std::vector<int64_t>> layout_rows(const std::vector<
   return {active, row0};
 }
 }  // namespace
+
+const char* strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::dp:
+      return "dp";
+    case Strategy::zero1:
+      return "zero1";
+    case Strategy::zero2:
+      return "zero2";
+    case Strategy::zero3:
+      return "zero3";
+  }
+  return "?";
+}
 
 std::string replica_lane(const std::vector<Device>& devices, int i, const std::string& what) {
   int same = static_cast<int>(std::count(devices.begin(), devices.end(), devices[i]));
@@ -62,8 +77,18 @@ DataParallel::DataParallel(const ReplicaFactory& factory, DataParallelOptions op
   }
   FANOUT_CHECK(options_.loss_on == LossOn::replicas || (loss_.forward && loss_.backward),
                "faithful dp (--loss-on output) needs the loss functions");
-  FANOUT_CHECK(!options_.process_group || options_.strategy == Strategy::dp,
-               "ddp sums whole gradients across processes: zero1 is single-process only");
+  ProcessGroup* group = options_.process_group;
+  FANOUT_CHECK(!group || n == 1, "across processes each rank drives one device; ", n,
+               " devices in one process of a multi-process ", strategy_name(options_.strategy),
+               " run is not supported");
+  const Strategy st = options_.strategy;
+  const bool unit_sharded = st == Strategy::zero2 || st == Strategy::zero3;
+  // zero3 gathers weights on a fetch stream while the comm stream sums gradients:
+  // Gloo runs the two side by side (own tags); one NCCL communicator cannot.
+  FANOUT_CHECK(!(group && st == Strategy::zero3 && std::string(group->name()) == "nccl"),
+               "zero3 across processes runs over Gloo (CPU devices) only for now: over NCCL its "
+               "weight gathers and gradient sums would share one communicator from two streams; "
+               "use zero2");
   pool_ = std::make_unique<ThreadPool>(ids);
   for (int i = 0; i < n; ++i) {
     replicas_.push_back(factory(ids[i], i));
@@ -74,20 +99,37 @@ DataParallel::DataParallel(const ReplicaFactory& factory, DataParallelOptions op
     slot->stats = Tensor::empty({2}, DType::f32, ids[i], MemTag::comm);
     slots_.push_back(std::move(slot));
   }
-  int64_t P = primary().params().numel();
-  for (auto& r : replicas_) {
-    FANOUT_ASSERT(r->params().numel() == P && r->grads().numel() == P, "replicas differ in size");
-  }
+  int64_t P = primary().num_params();
+  for (auto& r : replicas_) FANOUT_ASSERT(r->num_params() == P, "replicas differ in size");
   collectives_ = make_collectives(ids);
   collectives_->set_sum_dtype(options_.grad_comm);
-  if (options_.process_group) options_.process_group->set_sum_dtype(options_.grad_comm);
-  for (auto& r : replicas_) {
-    FANOUT_ASSERT(r->working_params().numel() == P &&
-                      r->working_params().dtype() == primary().working_params().dtype(),
-                  "replicas differ in their working weights");
+  if (group) group->set_sum_dtype(options_.grad_comm);
+  const int shards = group ? group->world() : n;
+  rank0_ = group ? group->rank() : 0;
+  bounds_ = shard_bounds(P, shards);
+  if (unit_sharded) {
+    // The store replaces the flat buffers before any is allocated (Note [Lazy
+    // flat buffers] in models/llama_model.cpp): gradients (zero2), weights too (zero3).
+    ShardedStorage::Options so;
+    so.weights = st == Strategy::zero3;
+    std::vector<Replica*> reps;
+    for (auto& r : replicas_) reps.push_back(r.get());
+    so.working = primary().working_dtype();
+    unit_shards_ = std::make_unique<UnitShards>(primary().units(), shards);
+    store_ = std::make_unique<ShardedStorage>(reps, *unit_shards_, rank0_, collectives_.get(),
+                                              group, so);
+    for (int i = 0; i < n; ++i) replicas_[i]->set_unit_store(store_->store(i), so.weights);
   }
-  bounds_ = shard_bounds(P, n);
-  if (options_.overlap) {
+  if (st != Strategy::zero3) {
+    for (auto& r : replicas_) {
+      FANOUT_ASSERT(r->params().numel() == P && (unit_sharded || r->grads().numel() == P),
+                    "replicas differ in size");
+      FANOUT_ASSERT(r->working_params().numel() == P &&
+                        r->working_params().dtype() == primary().working_params().dtype(),
+                    "replicas differ in their working weights");
+    }
+  }
+  if (options_.overlap && !unit_sharded) {
     buckets_ = std::make_unique<GradBuckets>(P, options_.bucket_mb, n);
     for (int i = 0; i < n; ++i) {
       replicas_[i]->set_grad_ready_callback(
@@ -139,14 +181,102 @@ AllocatorStats DataParallel::memory(int replica) const {
 
 // --- step pieces ------------------------------------------------------------
 
+void DataParallel::params_changed() {
+  FANOUT_CHECK(options_.strategy != Strategy::zero3,
+               "zero3 holds no whole copy of the weights: load them with params_from_host");
+  sync_ = Sync::master;
+}
+
+void DataParallel::params_from_host(const float* values) {
+  if (options_.strategy != Strategy::zero3) {
+    tensor_upload(primary().compute_stream(), primary().params(), values);
+    primary().compute_stream().synchronize();
+    params_changed();
+    return;
+  }
+  for (const Shard& sh : shards())
+    tensor_upload(replicas_[sh.replica]->compute_stream(), shard_params(sh), values + sh.begin);
+  for (int i = 0; i < size(); ++i) store_->master_to_working(i);
+  for (Stream* s : compute_streams()) s->synchronize();
+  sync_ = Sync::none;
+}
+
+void DataParallel::params_to_host(float* values) {
+  if (options_.strategy == Strategy::zero3) {
+    std::vector<Tensor> masters;
+    for (const Shard& sh : shards()) masters.push_back(shard_params(sh));
+    shards_to_host(masters, values);
+    return;
+  }
+  gather_master();
+  tensor_to_host(primary().compute_stream(), primary().params(), values);
+}
+
+void DataParallel::shards_to_host(const std::vector<Tensor>& per_shard, float* out) {
+  std::vector<Shard> sh = shards();
+  FANOUT_ASSERT(per_shard.size() == sh.size(), "one tensor per shard");
+  ProcessGroup* group = options_.process_group;
+  if (!group || !sharded()) {
+    for (size_t k = 0; k < sh.size(); ++k) {
+      if (sh[k].end <= sh[k].begin) continue;
+      Stream& s = replicas_[sh[k].replica]->compute_stream();
+      tensor_to_host(s, per_shard[k].view(0, {sh[k].end - sh[k].begin}), out + sh[k].begin);
+    }
+    return;
+  }
+  // Across processes: this rank's shards into a whole buffer, then all-gathered.
+  Replica& rep = primary();
+  Stream& s = rep.compute_stream();
+  int64_t P = bounds_.back();
+  Tensor whole = Tensor::empty({std::max<int64_t>(P, 1)}, DType::f32, rep.device(), MemTag::comm);
+  for (size_t k = 0; k < sh.size(); ++k) {
+    int64_t n = sh[k].end - sh[k].begin;
+    if (n > 0) tensor_copy(s, whole.view(sh[k].begin, {n}), per_shard[k].view(0, {n}));
+  }
+  shard_all_gather({whole}, {&s});
+  tensor_to_host(s, whole.view(0, {P}), out);
+}
+
+void DataParallel::shard_all_gather(const std::vector<Tensor>& bufs,
+                                    const std::vector<Stream*>& streams) {
+  auto gather = [&](const std::vector<int64_t>& bounds, int64_t begin, int64_t end) {
+    if (options_.process_group) {
+      options_.process_group->all_gather(bufs[0], bounds, begin, end, *streams[0]);
+    } else {
+      collectives_->all_gather(bufs, streams, bounds, begin, end);
+    }
+  };
+  if (!unit_shards_) return gather(bounds_, 0, bounds_.back());
+  for (size_t u = 0; u < unit_shards_->units().size(); ++u) {
+    const ParamUnit& unit = unit_shards_->units()[u];
+    const std::vector<int64_t>& b = unit_shards_->bounds(static_cast<int>(u));
+    if (options_.process_group) {
+      gather(b, unit.begin, unit.end);
+    } else {  // this process's replicas are ranks 0..n-1
+      gather(std::vector<int64_t>(b.begin(), b.begin() + size() + 1), unit.begin, unit.end);
+    }
+  }
+}
+
+void DataParallel::shard_reduce_scatter(const std::vector<Tensor>& bufs,
+                                        const std::vector<Stream*>& streams, int64_t begin,
+                                        int64_t end) {
+  if (options_.process_group) {
+    options_.process_group->reduce_scatter(bufs[0], bounds_, begin, end, *streams[0]);
+  } else {
+    collectives_->reduce_scatter(bufs, streams, bounds_, begin, end);
+  }
+}
+
 void DataParallel::replicate() {
+  if (options_.strategy == Strategy::zero3) sync_ = Sync::none;  // the shards are the weights
   if (sync_ == Sync::none) return;
   auto t0 = Clock::now();
   int64_t b0 = total_bytes();
   TraceScope span("host", "replicate");
   std::vector<Tensor> bufs;
   auto streams = compute_streams();
-  int64_t P = primary().params().numel();
+  int64_t P = primary().num_params();
   if (sync_ == Sync::working) {
     // After a dp step only the primary's master moved: round once, send the
     // working weights (bf16: half the bytes of the master).
@@ -160,7 +290,7 @@ void DataParallel::replicate() {
     if (sync_ == Sync::master) {
       collectives_->broadcast(bufs, streams, 0, 0, P);
     } else {
-      collectives_->all_gather(bufs, streams, bounds_, 0, P);
+      shard_all_gather(bufs, streams);
     }
     for (auto& r : replicas_) r->params_to_working(0, P);
   }
@@ -170,8 +300,24 @@ void DataParallel::replicate() {
   times_.replicate += seconds_since(t0);
 }
 
+void DataParallel::run_guarded(const std::vector<int>& which, const std::function<void(int)>& fn) {
+  pool_->run_on(which, [&](int r) {
+    try {
+      fn(r);
+    } catch (const StepAborted&) {
+      // Stopped because another replica failed: that failure is the one reported.
+      recover_pending_ = true;
+    } catch (...) {
+      // zero2/zero3: the others must not wait for this replica's gradients.
+      if (store_) store_->abort();
+      throw;
+    }
+  });
+}
+
 void DataParallel::zero_grad() {
   for (auto& r : replicas_) r->zero_grads();
+  if (store_) store_->zero_grads();
 }
 
 void DataParallel::upload(int r, const HostBatch& batch, int64_t row0, int64_t rows, bool targets) {
@@ -196,9 +342,19 @@ void DataParallel::upload(int r, const HostBatch& batch, int64_t row0, int64_t r
 LossStats DataParallel::forward_backward(const HostBatch& batch, int32_t ignore_index,
                                          double normalizer, bool last) {
   std::vector<int64_t> rows = split(batch.B);
+  FANOUT_CHECK(!(options_.strategy == Strategy::zero3 && options_.process_group && batch.B == 0),
+               "zero3 across processes: this rank got no rows, but every rank must gather the "
+               "weights with the others");
   try {
     replicate();
     bool bucketed = buckets_ && last;
+    if (store_) {  // zero2/zero3: every micro-batch's units are reduced into the shards
+      std::vector<bool> active;
+      std::vector<Stream*> comm;
+      for (int r = 0; r < size(); ++r)
+        active.push_back(rows[r] > 0), comm.push_back(slots_[r]->comm.get());
+      store_->begin_backward(active, comm);
+    }
     if (bucketed) {
       std::vector<bool> active;
       std::vector<Stream*> comm;
@@ -207,7 +363,7 @@ LossStats DataParallel::forward_backward(const HostBatch& batch, int32_t ignore_
       auto grads = grad_buffers();
       buckets_->begin(active, compute_streams(), comm, [this, grads, comm](int64_t b, int64_t e) {
         if (options_.strategy == Strategy::zero1) {
-          collectives_->reduce_scatter(grads, comm, bounds_, b, e);
+          shard_reduce_scatter(grads, comm, b, e);
         } else {
           collectives_->reduce(grads, comm, 0, b, e);
           // then across processes, in the same bucket order on every rank
@@ -215,12 +371,20 @@ LossStats DataParallel::forward_backward(const HostBatch& batch, int32_t ignore_
         }
       });
     }
+    recover_pending_ = false;
     LossStats stats = options_.loss_on == LossOn::replicas
                           ? step_on_replicas(batch, rows, ignore_index, normalizer, last)
                           : step_faithful(batch, rows, ignore_index, normalizer, last);
+    // A replica that was stopped cannot have returned without another one failing.
+    FANOUT_ASSERT(!recover_pending_, "a replica was stopped but none failed");
     if (bucketed) {
       FANOUT_ASSERT(buckets_->all_launched(), "a gradient bucket was never reduced");
       buckets_->disarm();
+      reduced_by_buckets_ = true;
+    }
+    if (store_) {
+      FANOUT_ASSERT(store_->all_reduced(), "a unit's gradients were never reduced");
+      store_->end_backward();
       reduced_by_buckets_ = true;
     }
     return stats;
@@ -233,7 +397,7 @@ LossStats DataParallel::forward_backward(const HostBatch& batch, int32_t ignore_
 LossStats DataParallel::step_on_replicas(const HostBatch& batch, const std::vector<int64_t>& rows,
                                          int32_t ignore_index, double normalizer, bool /*last*/) {
   auto [active, row0] = layout_rows(rows);
-  pool_->run_on(active, [&](int r) {
+  run_guarded(active, [&](int r) {
     Slot& slot = *slots_[r];
     Replica& rep = *replicas_[r];
     auto t0 = Clock::now();
@@ -325,7 +489,7 @@ LossStats DataParallel::step_faithful(const HostBatch& batch, const std::vector<
   times_.loss += seconds_since(t0);
 
   // scatter dlogits back (into each replica's logits buffer) and run backward
-  pool_->run_on(active, [&](int r) {
+  run_guarded(active, [&](int r) {
     Slot& slot = *slots_[r];
     Replica& rep = *replicas_[r];
     auto t1 = Clock::now();
@@ -344,14 +508,14 @@ LossStats DataParallel::step_faithful(const HostBatch& batch, const std::vector<
 void DataParallel::reduce_gradients() {
   auto t0 = Clock::now();
   TraceScope span("host", "reduce");
-  int64_t P = primary().grads().numel();
+  int64_t P = primary().num_params();
   try {
-    if (reduced_by_buckets_) {
+    if (reduced_by_buckets_ || store_) {
       for (auto& s : slots_) s->comm->synchronize();
     } else {
       auto streams = compute_streams();
       if (options_.strategy == Strategy::zero1) {
-        collectives_->reduce_scatter(grad_buffers(), streams, bounds_, 0, P);
+        shard_reduce_scatter(grad_buffers(), streams, 0, P);
       } else {
         collectives_->reduce(grad_buffers(), streams, 0, 0, P);
         if (options_.process_group) {
@@ -371,21 +535,43 @@ void DataParallel::reduce_gradients() {
 std::vector<DataParallel::Shard> DataParallel::shards() const {
   if (options_.strategy == Strategy::dp) return {{0, 0, bounds_.back()}};
   std::vector<Shard> out;
-  for (int r = 0; r < size(); ++r) out.push_back({r, bounds_[r], bounds_[r + 1]});
+  for (int r = 0; r < size(); ++r) {
+    if (!unit_shards_) {
+      out.push_back({r, bounds_[rank0_ + r], bounds_[rank0_ + r + 1]});
+      continue;
+    }
+    for (size_t u = 0; u < unit_shards_->units().size(); ++u) {
+      const std::vector<int64_t>& b = unit_shards_->bounds(static_cast<int>(u));
+      int64_t lo = b[rank0_ + r], hi = b[rank0_ + r + 1];
+      if (hi > lo)
+        out.push_back({r, lo, hi, unit_shards_->offset(static_cast<int>(u), rank0_ + r)});
+    }
+  }
   return out;
+}
+
+Tensor DataParallel::shard_params(const Shard& sh) {
+  int64_t n = sh.end - sh.begin;
+  if (options_.strategy == Strategy::zero3) return store_->master(sh.replica).view(sh.local, {n});
+  return replicas_[sh.replica]->params().view(sh.begin, {n});
+}
+
+Tensor DataParallel::shard_grads(const Shard& sh) {
+  int64_t n = sh.end - sh.begin;
+  if (store_) return store_->grads(sh.replica).view(sh.local, {n});
+  return replicas_[sh.replica]->grads().view(sh.begin, {n});
 }
 
 void DataParallel::run_on_shards(const std::function<void(const Shard&, Replica&)>& fn) {
   auto t0 = Clock::now();
   std::vector<Shard> sh = shards();
   std::vector<int> which;
-  for (const Shard& s : sh) which.push_back(s.replica);
+  for (const Shard& s : sh)
+    if (which.empty() || which.back() != s.replica) which.push_back(s.replica);
   pool_->run_on(which, [&](int r) {
-    for (const Shard& s : sh) {
-      if (s.replica != r) continue;
-      fn(s, *replicas_[r]);
-      replicas_[r]->compute_stream().synchronize();
-    }
+    for (const Shard& s : sh)
+      if (s.replica == r) fn(s, *replicas_[r]);
+    replicas_[r]->compute_stream().synchronize();
   });
   times_.optimizer += seconds_since(t0);
 }
@@ -396,19 +582,24 @@ void DataParallel::finish_step() {
     return;
   }
   auto t0 = Clock::now();
+  if (options_.strategy == Strategy::zero3) {
+    // Each owner rounds its master shard; forward gathers units from there.
+    for (int r = 0; r < size(); ++r) store_->master_to_working(r);
+    for (Stream* s : compute_streams()) s->synchronize();
+    times_.replicate += seconds_since(t0);
+    return;
+  }
   TraceScope span("host", "all-gather params");
   // Each shard owner rounds its updated shard; the working weights are gathered.
   std::vector<Tensor> working;
-  for (int r = 0; r < size(); ++r) {
-    replicas_[r]->params_to_working(bounds_[r], bounds_[r + 1]);
-    working.push_back(replicas_[r]->working_params());
-  }
+  for (const Shard& sh : shards()) replicas_[sh.replica]->params_to_working(sh.begin, sh.end);
+  for (auto& r : replicas_) working.push_back(r->working_params());
   gather_shards(working);
   times_.replicate += seconds_since(t0);
 }
 
 void DataParallel::gather_master() {
-  if (options_.strategy == Strategy::dp) return;
+  if (options_.strategy == Strategy::dp || options_.strategy == Strategy::zero3) return;
   if (primary().working_params().raw() == primary().params().raw()) return;
   std::vector<Tensor> params;
   for (auto& r : replicas_) params.push_back(r->params());
@@ -418,14 +609,18 @@ void DataParallel::gather_master() {
 void DataParallel::gather_shards(const std::vector<Tensor>& bufs) {
   int64_t b0 = total_bytes();
   auto streams = compute_streams();
-  collectives_->all_gather(bufs, streams, bounds_, 0, bounds_.back());
+  shard_all_gather(bufs, streams);
   for (Stream* s : streams) s->synchronize();
   replicate_bytes_ += total_bytes() - b0;
 }
 
 int64_t DataParallel::total_bytes() const {
   int64_t b = collectives_->bytes_moved();
-  if (options_.process_group) b += options_.process_group->bytes_sent();
+  if (options_.process_group) {
+    b += options_.process_group->bytes_sent();  // zero3's gathers included
+  } else if (store_) {
+    b += store_->weight_bytes();
+  }
   return b;
 }
 
@@ -433,10 +628,12 @@ void DataParallel::reset_times() {
   times_ = PhaseTimes{};
   bytes_base_ = total_bytes();
   replicate_bytes_ = 0;
+  weight_base_ = store_ ? store_->weight_bytes() : 0;
 }
 
 CommBytes DataParallel::comm_bytes() const {
-  return {replicate_bytes_, total_bytes() - bytes_base_ - replicate_bytes_};
+  int64_t replicate = replicate_bytes_ + (store_ ? store_->weight_bytes() - weight_base_ : 0);
+  return {replicate, total_bytes() - bytes_base_ - replicate};
 }
 
 LossStats DataParallel::evaluate(const HostBatch& batch, int32_t ignore_index) {
@@ -474,10 +671,15 @@ void DataParallel::recover() {
   for (auto& r : replicas_) drain(r->compute_stream());
   for (auto& s : slots_) drain(*s->comm);
   if (output_stream_) drain(*output_stream_);
+  if (store_) store_->reset();
   reduced_by_buckets_ = false;
-  // Replicas are re-synchronised: from the primary, or (zero1) from each shard's owner.
-  if (sync_ != Sync::master)
-    sync_ = options_.strategy == Strategy::zero1 ? Sync::shards : Sync::master;
+  // Replicas are re-synchronised: from the primary, or (zero1, zero2) from each
+  // shard's owner; zero3's shards are the weights, untouched by forward and backward.
+  if (options_.strategy == Strategy::zero3) {
+    sync_ = Sync::none;
+  } else if (sync_ != Sync::master) {
+    sync_ = options_.strategy == Strategy::dp ? Sync::master : Sync::shards;
+  }
 }
 
 }  // namespace fanout::parallel

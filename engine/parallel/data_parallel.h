@@ -9,10 +9,16 @@
 //             (--loss-on replicas)
 //   reduce    gradients reduce-added onto the primary after backward, or bucket
 //             by bucket on comm streams while backward runs (--overlap), or
-//             reduce-scattered so each device owns a shard (zero1)
+//             reduce-scattered so each device owns a shard (zero1), unit by unit
+//             during backward into shards that are all a device keeps (zero2),
+//             with the weights sharded too and gathered per unit (zero3; see
+//             engine/parallel/unit_store.h)
+// Across processes (ProcessGroup) there is one replica per process: ddp sums
+// whole gradients; zero1/zero2/zero3 shard over the ranks as over devices.
 // The engine knows no model and no optimizer: the layer above supplies replicas,
 // the loss on gathered logits, and the optimizer step on each shard.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -28,7 +34,8 @@
 
 namespace fanout::parallel {
 
-enum class Strategy { dp, zero1 };
+enum class Strategy { dp, zero1, zero2, zero3 };
+const char* strategy_name(Strategy s);
 enum class LossOn { output, replicas };
 
 struct DataParallelOptions {
@@ -42,7 +49,8 @@ struct DataParallelOptions {
   // The dtype gradient sums travel in: f32, or bf16 (rounded by each sender,
   // summed in fp32; Collectives::set_sum_dtype). Gradients stay f32 in memory.
   DType grad_comm = DType::f32;
-  // ddp: gradients are also summed across processes (one replica per process).
+  // Across processes (one replica per process): dp sums gradients over the ranks
+  // (ddp); zero1/zero2/zero3 shard over them.
   ProcessGroup* process_group = nullptr;
   // Test hook, called on each replica's thread as a phase starts ("forward",
   // "backward"); throwing from it simulates a failing device.
@@ -90,6 +98,8 @@ struct CommBytes {
 };
 
 class GradBuckets;
+class ShardedStorage;
+class UnitShards;
 
 class DataParallel {
  public:
@@ -112,7 +122,12 @@ class DataParallel {
 
   // The primary's parameters changed outside the engine (loaded, initialised):
   // broadcast them (fp32 master and working weights) before the next forward.
-  void params_changed() { sync_ = Sync::master; }
+  // Not under zero3, where no replica holds them whole: use params_from_host.
+  void params_changed();
+  // The whole fp32 master weights from the host (every process passes the same
+  // values), or to the host (every process takes part; each gets them whole).
+  void params_from_host(const float* values);
+  void params_to_host(float* values);
   // zero1 under mixed precision updates each replica's fp32 master only in its
   // own shard (only the bf16 working weights are all-gathered each step): this
   // all-gathers the fp32 master so that the primary's params() are whole again,
@@ -126,15 +141,27 @@ class DataParallel {
   // --overlap its buckets are reduced while its backward runs.
   LossStats forward_backward(const HostBatch& batch, int32_t ignore_index, double normalizer,
                              bool last = true);
-  // dp: gradients summed onto the primary; zero1: each replica's shard summed.
+  // dp: gradients summed onto the primary; zero1: each replica's shard summed;
+  // zero2/zero3: waits for the reductions the backward started.
   void reduce_gradients();
 
   // What each replica's optimizer updates after reduce_gradients().
+  // dp: one; zero1: one per replica; zero2/zero3: one per replica and unit (each
+  // unit is split evenly over the shards' owners; engine/parallel/unit_store.h).
   struct Shard {
     int replica;
     int64_t begin, end;  // elements of the flat buffers
+    int64_t local = 0;   // zero2/zero3: where the replica's shard buffers keep it
   };
   std::vector<Shard> shards() const;
+  bool sharded() const { return options_.strategy != Strategy::dp; }
+  // A shard's fp32 master weights and summed gradients, (end - begin) elements.
+  Tensor shard_params(const Shard& shard);
+  Tensor shard_grads(const Shard& shard);
+  // One tensor per shard of shards() (its (end - begin) values, e.g. optimizer
+  // state) -> the whole flat buffer on the host; across processes every rank
+  // takes part and gets it whole.
+  void shards_to_host(const std::vector<Tensor>& per_shard, float* out);
   // fn on every shard's own thread at once; returns when their streams are done.
   void run_on_shards(const std::function<void(const Shard&, Replica&)>& fn);
   // After the optimizer: zero1 all-gathers the parameters; dp marks the
@@ -159,11 +186,20 @@ class DataParallel {
   LossStats step_faithful(const HostBatch& batch, const std::vector<int64_t>& rows,
                           int32_t ignore_index, double normalizer, bool last);
   std::vector<Stream*> compute_streams();
+  // pool_->run_on, and a failing replica stops the others' waits (zero2/zero3).
+  void run_guarded(const std::vector<int>& which, const std::function<void(int)>& fn);
   std::vector<Tensor> grad_buffers();
   void recover();  // after a failed step: drain every stream, re-replicate
   // Every replica's copy of shard r of `bufs` <- replica r's; waits, and counts
   // the bytes as weights sent.
   void gather_shards(const std::vector<Tensor>& bufs);
+  // Over the shards' owners (this process's replicas, or the processes): every
+  // owner's shards of bufs (zero1's contiguous ones, or zero2/zero3's pieces of
+  // every unit) to every copy.
+  void shard_all_gather(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams);
+  // zero1: each owner's shard of [begin, end) <- the sum of that range.
+  void shard_reduce_scatter(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
+                            int64_t begin, int64_t end);
 
   DataParallelOptions options_;
   LossFunctions loss_;
@@ -174,7 +210,10 @@ class DataParallel {
   std::unique_ptr<GradBuckets> buckets_;
   std::unique_ptr<Stream> output_stream_;
   Tensor gathered_, gathered_targets_, output_stats_;
-  std::vector<int64_t> bounds_;  // zero1 shard bounds
+  std::unique_ptr<UnitShards> unit_shards_;  // zero2, zero3
+  std::unique_ptr<ShardedStorage> store_;
+  std::vector<int64_t> bounds_;  // shard bounds: one per replica, or per process
+  int rank0_ = 0;                // the shard of replica 0 (its rank across processes)
   // What the replicas need before the next forward: nothing; the primary's
   // working weights (a dp step updated its master); the primary's whole fp32
   // master (new weights from outside); or, zero1 after a failed step, every
@@ -182,9 +221,10 @@ class DataParallel {
   enum class Sync { none, working, master, shards };
   Sync sync_ = Sync::master;
   bool reduced_by_buckets_ = false;
+  std::atomic<bool> recover_pending_{false};  // a replica was stopped by another's failure
   PhaseTimes times_;
   int64_t total_bytes() const;  // every counter, since construction
-  int64_t bytes_base_ = 0, replicate_bytes_ = 0;
+  int64_t bytes_base_ = 0, replicate_bytes_ = 0, weight_base_ = 0;
 };
 
 }  // namespace fanout::parallel

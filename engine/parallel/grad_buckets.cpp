@@ -22,6 +22,15 @@ GradBuckets::GradBuckets(int64_t total, double bucket_mb, int replicas) : replic
   }
 }
 
+GradBuckets::GradBuckets(const std::vector<int64_t>& cuts, int replicas) : replicas_(replicas) {
+  FANOUT_ASSERT(cuts.size() >= 2 && cuts.front() == 0, "bucket cuts must start at 0");
+  for (size_t k = cuts.size() - 1; k > 0; --k) {
+    FANOUT_ASSERT(cuts[k - 1] < cuts[k], "bucket cuts must ascend");
+    hi_.push_back(cuts[k]);
+    lo_.push_back(cuts[k - 1]);
+  }
+}
+
 void GradBuckets::begin(const std::vector<bool>& active, std::vector<Stream*> compute,
                         std::vector<Stream*> comm,
                         std::function<void(int64_t begin, int64_t end)> launch) {

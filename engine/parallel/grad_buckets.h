@@ -22,6 +22,9 @@ class GradBuckets {
   // launch(begin, end) queues the bucket's collective on the comm streams; it is
   // called with the bucket's compute-stream events already waited on.
   GradBuckets(int64_t total, double bucket_mb, int replicas);
+  // One bucket per [cuts[k], cuts[k+1]) (ascending cuts from 0 to the total):
+  // zero2/zero3 reduce whole units.
+  GradBuckets(const std::vector<int64_t>& cuts, int replicas);
 
   int64_t count() const { return static_cast<int64_t>(lo_.size()); }
   std::pair<int64_t, int64_t> bucket(int64_t k) const { return {lo_[k], hi_[k]}; }

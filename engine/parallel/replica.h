@@ -8,11 +8,40 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
 
 namespace fanout::parallel {
+
+// A contiguous range of the flat layout that the model uses as a whole: the
+// embedding, one decoder layer, the head. The unit of zero3's gathers and of
+// zero2/zero3's gradient reductions.
+struct ParamUnit {
+  int64_t begin = 0, end = 0;
+};
+
+// Where a replica's weights (zero3) and gradients (zero2, zero3) live when the
+// engine shards them (engine/parallel/unit_store.h). The model brackets every use
+// of a unit's buffers with acquire and release, on its host thread, in the order
+// it queues the work on its compute stream; a buffer is valid for the work queued
+// between the two calls. A unit may be acquired again after its release (forward,
+// then backward).
+class UnitStore {
+ public:
+  virtual ~UnitStore() = default;
+  // The unit's working weights, whole: (end - begin) elements of the working
+  // dtype, ready for work queued on the compute stream from now on. `next` (or -1)
+  // is the unit the model will ask for after this one: it is fetched meanwhile.
+  virtual Tensor acquire_weights(int unit, int next) = 0;
+  virtual void release_weights(int unit) = 0;
+  // The unit's f32 gradient accumulator for this backward, zeroed.
+  virtual Tensor acquire_grads(int unit) = 0;
+  // Every gradient of the unit for this backward is queued: it is reduced onto
+  // the shards' owners and the buffer freed once that is done.
+  virtual void release_grads(int unit) = 0;
+};
 
 class Replica {
  public:
@@ -20,6 +49,18 @@ class Replica {
 
   virtual Device device() const = 0;
   virtual Stream& compute_stream() = 0;
+
+  // Elements of the flat layout.
+  virtual int64_t num_params() const = 0;
+  // The layout cut into units, in the order forward uses them; they cover
+  // [0, num_params()) once.
+  virtual std::vector<ParamUnit> units() const = 0;
+  // zero2 (weights = false): gradients live in `store`, and grads() is no longer
+  // available; zero3 (weights = true): the weights too, and params(),
+  // working_params() are not available either. Called once, before any other use
+  // of the replica's buffers, so that the flat buffers it replaces are never
+  // allocated.
+  virtual void set_unit_store(UnitStore* store, bool weights) = 0;
 
   // Flat f32 parameters and gradients, same layout (so replicate = one copy of
   // params(), reduce = one sum of grads(), buckets = contiguous ranges).
@@ -32,6 +73,7 @@ class Replica {
   // models/llama_model.cpp). Replicas are kept in step through this buffer: after
   // an update only the working weights travel (half the bytes in bf16).
   virtual Tensor working_params() { return params(); }
+  virtual DType working_dtype() const { return DType::f32; }
   // working_params()[begin, end) <- params()[begin, end), rounded to nearest even;
   // queued on the compute stream. Nothing to do when they are one buffer.
   virtual void params_to_working(int64_t /*begin*/, int64_t /*end*/) {}

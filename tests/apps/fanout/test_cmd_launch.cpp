@@ -269,20 +269,20 @@ TEST_CASE("launch without a command or with no processes fails") {
   check_fails(r.rc, r.err, "needs --master-port");
 }
 
-TEST_CASE("launch refuses a train that is not --strategy ddp before starting anything") {
+TEST_CASE("launch refuses a train that is not multi-process before starting anything") {
   // Each rank would otherwise train alone, every one of them on the same --out.
   TempDir dir("fanout-launch");
   const std::string out = dir / "out";
-  const std::string prefix = "launch runs multi-process ddp: ";
+  const std::string prefix = "launch runs multi-process training: ";
   struct Case {
     std::vector<std::string> strategy;
     std::string phrase;
   };
   for (const Case& c : std::vector<Case>{
-           {{"--strategy", "zero1"},
-            "'train --strategy zero1' would start 2 independent runs on one --out; "
-            "use --strategy ddp"},
-           {{"--strategy=dp"}, "'train --strategy dp' would start 2 independent runs"},
+           {{"--strategy", "dp"},
+            "'train --strategy dp' would start 2 independent runs on one --out; "
+            "use --strategy ddp, zero1, zero2 or zero3"},
+           {{"--strategy=zero4"}, "'train --strategy zero4' would start 2 independent runs"},
            {{}, "'train' without --strategy would start 2 independent runs"},
            {{"--strategy", "ddp", "--strategy", "zero1"},
             "--strategy is given 2 times ('ddp', 'zero1')"},

@@ -129,7 +129,7 @@ TEST_CASE("train under a launcher's WORLD_SIZE refuses a single-process strategy
   TrainFiles f;
   const std::string out = f.dir / "out";
   CliResult r = run_fanout({"train", "--config", f.config, "--data", f.data, "--devices", "cpu:0",
-                            "--strategy", "zero1", "--out", out},
+                            "--strategy", "dp", "--out", out},
                            "WORLD_SIZE=2 RANK=1");
   check_refused(r, "WORLD_SIZE=2 says this is one of several processes");
   CHECK(!fs::exists(out));

@@ -25,6 +25,10 @@ const std::vector<ParallelMode> kParallelModes = {
     {"zero1", parallel::Strategy::zero1, parallel::LossOn::replicas, false},
     {"zero1 --loss-on output", parallel::Strategy::zero1, parallel::LossOn::output, false},
     {"zero1 --overlap", parallel::Strategy::zero1, parallel::LossOn::replicas, true},
+    {"zero2", parallel::Strategy::zero2, parallel::LossOn::replicas, false},
+    {"zero2 --loss-on output", parallel::Strategy::zero2, parallel::LossOn::output, false},
+    {"zero3", parallel::Strategy::zero3, parallel::LossOn::replicas, false},
+    {"zero3 --loss-on output", parallel::Strategy::zero3, parallel::LossOn::output, false},
 };
 
 parallel::DataParallelOptions mode_options(const ParallelMode& m, const std::string& devices) {
@@ -60,22 +64,22 @@ TestBatch make_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed,
 }
 
 RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBatch& batch,
-                            int steps, uint64_t seed, DType working) {
-  models::LlamaConfig config = small_test_config();
+                            int steps, uint64_t seed, DType working,
+                            const models::LlamaConfig* model) {
+  models::LlamaConfig config = model ? *model : small_test_config();
   std::vector<Device> ids = options.device_ids;
   auto factory = [&](Device d, int i) {
-    auto m = std::make_unique<models::LlamaModel>(
-        config, d, parallel::replica_lane(ids, i, "compute"), working);
-    if (i == 0) m->init_random(seed);  // the primary's weights are broadcast
-    return m;
+    return std::make_unique<models::LlamaModel>(config, d,
+                                                parallel::replica_lane(ids, i, "compute"), working);
   };
   parallel::DataParallel dp(factory, options, train::cross_entropy_loss_functions());
+  RunResult out;
+  out.init_params = models::LlamaModel::random_params(config, seed);
+  dp.params_from_host(out.init_params.data());
   models::LlamaLayout layout(config);
   ops::AdamWConfig adam;
   adam.lr = 1e-2f, adam.weight_decay = 0.1f, adam.beta1 = 0.9f, adam.beta2 = 0.95f;
   train::Optimizer opt(dp, train::decay_runs(layout), adam);
-  RunResult out;
-  out.init_params = tensor_to_vector<float>(dp.primary().compute_stream(), dp.primary().params());
   for (int step = 1; step <= steps; ++step) {
     dp.reset_times();
     dp.zero_grad();
@@ -85,19 +89,15 @@ RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBat
     out.losses.push_back(st.loss_sum / st.count);
     if (step == 1) {
       out.first_grads.assign(layout.total(), 0.0f);
-      for (const auto& sh : dp.shards()) {
-        parallel::Replica& r = dp.replica(sh.replica);
-        if (sh.end > sh.begin) {
-          tensor_to_host(r.compute_stream(), r.grads().view(sh.begin, {sh.end - sh.begin}),
-                         out.first_grads.data() + sh.begin);
-        }
-      }
+      std::vector<Tensor> grads;
+      for (const auto& sh : dp.shards()) grads.push_back(dp.shard_grads(sh));
+      dp.shards_to_host(grads, out.first_grads.data());
     }
     out.grad_norms.push_back(opt.step(step, adam.lr, 1.0));
     out.last_step_bytes = dp.comm_bytes();
   }
-  dp.gather_master();  // zero1 in bf16: each shard's fp32 master is on its owner
-  out.final_params = tensor_to_vector<float>(dp.primary().compute_stream(), dp.primary().params());
+  out.final_params.assign(layout.total(), 0.0f);
+  dp.params_to_host(out.final_params.data());  // zero1 bf16 and zero3: from the shards' owners
   return out;
 }
 

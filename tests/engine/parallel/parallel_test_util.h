@@ -42,9 +42,11 @@ struct RunResult {
 };
 
 // `steps` AdamW steps (lr 1e-2, wd 0.1, clip 1.0) on the same batch; `working` is
-// the replicas' working dtype (bf16: mixed precision).
+// the replicas' working dtype (bf16: mixed precision); `model` defaults to
+// small_test_config().
 RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBatch& batch,
-                            int steps = 3, uint64_t seed = 7, DType working = DType::f32);
+                            int steps = 3, uint64_t seed = 7, DType working = DType::f32,
+                            const models::LlamaConfig* model = nullptr);
 
 // ||a - b|| / ||b||
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b);

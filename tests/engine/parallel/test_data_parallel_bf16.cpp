@@ -143,10 +143,16 @@ TEST_CASE("bf16 working weights halve the bytes sent to replicas after a step") 
     DataParallelOptions o = mode_options(m, "cpu:0,cpu:1,cpu:2");
     RunResult a = run_data_parallel(o, batch, 2, 7, DType::f32);
     RunResult b = run_data_parallel(o, batch, 2, 7, DType::bf16);
-    // dp: the primary broadcasts P weights to 2 replicas; zero1: each replica
-    // receives the 2/3 of the weights it does not own. 4 bytes each in fp32, 2 in bf16.
-    CHECK(a.last_step_bytes.replicate == 2 * P * 4);
-    CHECK(b.last_step_bytes.replicate == 2 * P * 2);
+    // dp: the primary broadcasts P weights to 2 replicas; zero1, zero2: each
+    // replica receives the 2/3 of the weights it does not own; zero3: the same for
+    // every unit forward uses, and again for the layers backward uses (the head
+    // stays from forward to backward). 4 bytes each in fp32, 2 in bf16.
+    int64_t layers = 0;
+    for (int64_t l = 0; l < small_test_config().num_hidden_layers; ++l)
+      layers += layout.layer(l).end - layout.layer(l).begin;
+    const int64_t sent = m.strategy == parallel::Strategy::zero3 ? 2 * (P + layers) : 2 * P;
+    CHECK(a.last_step_bytes.replicate == sent * 4);
+    CHECK(b.last_step_bytes.replicate == sent * 2);
     // Gradients are summed in fp32 whatever the working precision.
     CHECK(b.last_step_bytes.reduce == a.last_step_bytes.reduce);
   }
