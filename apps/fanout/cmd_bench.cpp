@@ -1,7 +1,8 @@
 // `fanout bench`: the DataParallel modes on one model and global batch, one
 // table (tokens/s, speed-up over one device, step-time breakdown, peak bytes per
-// device), optionally as JSON. `fanout bench ops`: GFLOP/s of the CPU matmul and
-// attention kernels at a preset's shapes.
+// device), then each device's peak bytes per kind (params, grads, ...), optionally
+// as JSON. `fanout bench ops`: GFLOP/s of the CPU matmul and attention kernels at
+// a preset's shapes.
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -23,6 +24,7 @@
 #include "apps/train/bench.h"
 #include "apps/train/bench_svg.h"
 #include "apps/train/ddp_env.h"
+#include "apps/train/device_memory.h"
 #include "apps/train/memory_check.h"
 #include "apps/train/train_options.h"
 #include "engine/core/check.h"
@@ -46,6 +48,7 @@ struct BenchArgs {
   // ops
   std::string op_device = "cpu:0", op_dtype = "both";
   int repeats = 5;
+  std::string device_memory;  // "": no cap
 };
 
 models::LlamaConfig config_of(const BenchArgs& a) {
@@ -78,7 +81,7 @@ void print_row(const train::BenchResult& r, double base) {
 
 nlohmann::json result_json(const train::BenchResult& r) {
   nlohmann::json peaks = nlohmann::json::array();
-  for (const auto& p : r.peaks) peaks.push_back({{"device", p.device}, {"bytes", p.peak_bytes}});
+  for (const auto& p : r.peaks) peaks.push_back(train::device_peak_json(p));
   return {{"mode", r.mode},
           {"devices", r.devices},
           {"precision", r.precision},
@@ -160,6 +163,7 @@ train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devi
   } else {
     args.insert(args.end(), {"--config", a.config_file});
   }
+  if (!a.device_memory.empty()) args.insert(args.end(), {"--device-memory", a.device_memory});
   std::vector<char*> argv;
   for (std::string& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -187,8 +191,8 @@ train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devi
                   p["loss"],    p["backward"],  p["reduce"],  p["optimizer"]};
     }
     for (const auto& peak : j["peaks"]) {
-      r.peaks.push_back({"rank " + std::to_string(rank) + " " + peak["device"].get<std::string>(),
-                         peak["bytes"].get<size_t>()});
+      r.peaks.push_back(train::device_peak_from_json(peak));  // with each kind's peak
+      r.peaks.back().device = "rank " + std::to_string(rank) + " " + r.peaks.back().device;
     }
   }
   return r;
@@ -200,6 +204,9 @@ int run_bench_worker(const BenchArgs& a) {
   setup.ddp = train::ddp_env_from_environment();
   Device d = train::ddp_device(setup.ddp, devices_parse(a.devices));
   setup.devices = {d};
+  if (!a.device_memory.empty()) {
+    train::apply_device_memory(train::parse_byte_size(a.device_memory, "--device-memory"), {d});
+  }
   setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
   setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
   setup.working = a.precision == "bf16" ? DType::bf16 : DType::f32;
@@ -312,6 +319,10 @@ int run_bench(const BenchArgs& given) {
   devices_check_available(setup.devices);
   for (const Device& d : setup.devices)
     FANOUT_CHECK(!d.is_bare(), "--devices needs indices, e.g. cpu:0,cpu:1");
+  if (!a.device_memory.empty()) {
+    train::apply_device_memory(train::parse_byte_size(a.device_memory, "--device-memory"),
+                               setup.devices);
+  }
   if (setup.devices[0].is_cuda()) {
     FANOUT_CHECK(a.precision != "bf16" && a.grad_comm == "fp32",
                  "bf16 runs on CPU devices for now; on CUDA devices it arrives with the CUDA "
@@ -396,6 +407,12 @@ int run_bench(const BenchArgs& given) {
       std::printf(" = %.2fx fanout fp32 best", best->tokens_per_s / f32->tokens_per_s);
     std::printf("\n");
   }
+  std::vector<train::BenchResult> memory_rows = {base};
+  memory_rows.insert(memory_rows.end(), results.begin(), results.end());
+  std::printf(
+      "\npeak bytes per device in the timed steps, by kind (each kind's own peak; total: "
+      "all kinds at once)\n%s",
+      train::bench_memory_table(memory_rows).c_str());
   if (!a.trace.empty()) {
     Trace::global().set_enabled(false);
     Trace::global().write(a.trace);
@@ -424,8 +441,10 @@ int run_bench(const BenchArgs& given) {
   if (!a.json.empty()) {
     nlohmann::json rows = nlohmann::json::array();
     auto row = [&](const train::BenchResult& r) {
-      nlohmann::json peaks = nlohmann::json::object();
+      nlohmann::json peaks = nlohmann::json::object(), by_kind = nlohmann::json::array();
       for (const auto& p : r.peaks) peaks[p.device] = p.peak_bytes;
+      for (const auto& p : r.peaks) by_kind.push_back(train::device_peak_json(p));
+      const train::BenchResult* mem_base = train::bench_memory_baseline(results, r.precision);
       return nlohmann::json{
           {"mode", r.mode},
           {"devices", r.devices},
@@ -436,7 +455,11 @@ int run_bench(const BenchArgs& given) {
           {"speedup", r.tokens_per_s / base.tokens_per_s},
           {"step_s", r.step_s},
           {"phases_s", phases_json(r.phases)},
-          {"peak_bytes", peaks}};
+          {"peak_bytes", peaks},
+          {"peak_bytes_by_kind", by_kind},
+          // largest device total / dp-replicas' primary total in this precision
+          {"memory_vs_dp_replicas",
+           mem_base ? nlohmann::json(train::bench_memory_ratio(r, *mem_base)) : nlohmann::json()}};
     };
     rows.push_back(row(base));
     for (const auto& r : results) rows.push_back(row(r));
@@ -463,6 +486,10 @@ int run_bench_ops(const BenchArgs& a) {
                "--dtype must be f32, bf16 or both, got '", a.op_dtype, "'");
   Device device = device_parse(a.op_device);
   devices_check_available({device});
+  if (!a.device_memory.empty()) {
+    train::apply_device_memory(train::parse_byte_size(a.device_memory, "--device-memory"),
+                               {device});
+  }
   FANOUT_CHECK(device.is_cpu(), "fanout bench ops measures the CPU kernels: use --device cpu:N");
   models::LlamaConfig config = config_of(a);
   FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len ", a.seq_len,
@@ -500,6 +527,11 @@ Command add_bench_command(CLI::App& app) {
     c->add_option("--config", a->config_file, "An HF Llama config.json instead of a preset");
     add_number(c, "--batch-size", a->batch_size, "Global rows per step", int64_t{1}, kMaxCount);
     add_number(c, "--seq-len", a->seq_len, "Tokens per row", int64_t{1}, kMaxCount);
+    c->add_option("--device-memory", a->device_memory, train::kDeviceMemoryHelp)
+        ->type_name("SIZE")
+        ->check(CLI::Validator(
+            [](std::string& text) { return train::byte_size_problem(text, "--device-memory"); },
+            ""));
   };
   auto timing = [a](CLI::App* c) {
     add_number(c, "--steps", a->steps, "Timed steps", 1, kMaxSteps);
@@ -513,7 +545,7 @@ Command add_bench_command(CLI::App& app) {
   };
   common(cmd);
   cmd->add_option("--devices", a->devices, "Devices")->capture_default_str();
-  cmd->add_option("--modes", a->modes, "dp,dp-replicas,dp-overlap,zero1 or all")
+  cmd->add_option("--modes", a->modes, "dp,dp-replicas,dp-overlap,zero1,zero2,zero3,ddp or all")
       ->capture_default_str();
   timing(cmd);
   cmd->add_option("--json", a->json, "Also write the figures to this file");

@@ -1,7 +1,7 @@
 // `fanout walkthrough`: a narrated run of the data-parallel modes on a small
-// Llama (faithful dp, --loss-on replicas, --overlap, zero1) with the engine's
-// real numbers, an ASCII timeline per mode, a Perfetto trace of all of it, and
-// what bf16 mixed precision and bf16 gradient sums change (measured bytes).
+// Llama (faithful dp, --loss-on replicas, --overlap, zero1, zero2, zero3) with
+// the engine's real numbers, an ASCII timeline per mode, a Perfetto trace of all
+// of it, and what bf16 mixed precision and bf16 gradient sums change (measured bytes).
 
 #include <unistd.h>
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -45,19 +46,35 @@ std::vector<BenchMode> bench_modes_parse(const std::string& list) {
       {"dp-replicas", {"dp-replicas", parallel::Strategy::dp, parallel::LossOn::replicas, false}},
       {"dp-overlap", {"dp-overlap", parallel::Strategy::dp, parallel::LossOn::replicas, true}},
       {"zero1", {"zero1", parallel::Strategy::zero1, parallel::LossOn::replicas, false}},
+      {"zero2", {"zero2", parallel::Strategy::zero2, parallel::LossOn::replicas, false}},
+      {"zero3", {"zero3", parallel::Strategy::zero3, parallel::LossOn::replicas, false}},
       {"ddp", {"ddp", parallel::Strategy::dp, parallel::LossOn::replicas, true}},
   };
-  std::string text = list == "all" ? "dp,dp-replicas,dp-overlap,zero1,ddp" : list;
+  std::string text = list == "all" ? "dp,dp-replicas,dp-overlap,zero1,zero2,zero3,ddp" : list;
   std::vector<BenchMode> out;
   std::stringstream ss(text);
   for (std::string name; std::getline(ss, name, ',');) {
     auto it = known.find(name);
     FANOUT_CHECK(it != known.end(), "unknown mode '", name,
-                 "' (choose from dp, dp-replicas, dp-overlap, zero1, ddp)");
+                 "' (choose from dp, dp-replicas, dp-overlap, zero1, zero2, zero3, ddp)");
     out.push_back(it->second);
   }
   FANOUT_CHECK(!out.empty(), "--modes is empty");
   return out;
+}
+
+nlohmann::json device_peak_json(const DevicePeak& p) {
+  nlohmann::json j = {{"device", p.device}, {"bytes", p.peak_bytes}};
+  for (int k = 0; k < kNumMemTags; ++k) j[mem_tag_name(static_cast<MemTag>(k))] = p.by_tag[k];
+  return j;
+}
+
+DevicePeak device_peak_from_json(const nlohmann::json& j) {
+  DevicePeak p;
+  p.device = j.at("device").get<std::string>();
+  p.peak_bytes = j.at("bytes").get<size_t>();
+  for (int k = 0; k < kNumMemTags; ++k) p.by_tag[k] = j.value(mem_tag_name(MemTag(k)), size_t{0});
+  return p;
 }
 
 BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
@@ -94,8 +111,10 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
   options.process_group = setup.group;
   options.grad_comm = setup.grad_comm;
   const std::vector<Device>& ids = setup.devices;
-  std::map<std::pair<int, int>, Device> distinct;
-  for (const Device& d : ids) distinct.emplace(std::make_pair(int(d.kind), d.index), d);
+  // Each device once, in --devices order: peaks[0] is the primary's.
+  std::vector<Device> distinct;
+  for (const Device& d : ids)
+    if (std::find(distinct.begin(), distinct.end(), d) == distinct.end()) distinct.push_back(d);
   BenchResult result;
   result.mode = mode.name;
   result.devices = devices_str(ids);
@@ -103,18 +122,13 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
   result.grad_comm = setup.grad_comm == DType::bf16 ? "bf16" : "fp32";
   {
     auto factory = [&](Device d, int i) {
-      auto m = std::make_unique<models::LlamaModel>(
+      return std::make_unique<models::LlamaModel>(
           config, d, parallel::replica_lane(ids, i, "compute"), setup.working);
-      if (i == 0) m->init_random(1);
-      return m;
     };
     parallel::DataParallel dp(factory, options, cross_entropy_loss_functions());
-    if (setup.group) {
-      auto& primary = dp.primary();
-      setup.group->broadcast(primary.params(), 0, primary.compute_stream());
-      primary.compute_stream().synchronize();
-      dp.params_changed();
-    }
+    // Every process computes the same values from the seed (ddp needs no
+    // broadcast); zero3 keeps only shards, so no model could be initialised whole.
+    dp.params_from_host(models::LlamaModel::random_params(config, 1).data());
     ops::AdamWConfig adam;
     Optimizer opt(dp, decay_runs(models::LlamaLayout(config)), adam);
     double elapsed = 0;
@@ -122,7 +136,7 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
     parallel::CommBytes bytes;
     for (int s = 0; s < setup.warmup + setup.steps; ++s) {
       if (s == setup.warmup) {
-        for (auto& [key, d] : distinct) allocator_for(d).reset_peak();
+        for (const Device& d : distinct) allocator_for(d).reset_peak();
       }
       dp.reset_times();
       auto t0 = Clock::now();
@@ -144,11 +158,91 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
     result.step_s = elapsed / setup.steps;
     result.tokens_per_s = static_cast<double>(n) * setup.steps / elapsed;  // the global batch
     result.phases = scaled(total, 1.0 / setup.steps);
-    for (auto& [key, d] : distinct) {
-      result.peaks.push_back({d.str(), allocator_for(d).stats().total.peak});
+    for (const Device& d : distinct) {
+      AllocatorStats st = allocator_for(d).stats();
+      DevicePeak p{d.str(), st.total.peak, {}};
+      for (int k = 0; k < kNumMemTags; ++k) p.by_tag[k] = st.by_tag[k].peak;
+      result.peaks.push_back(p);
     }
   }
   return result;
+}
+
+// --- the memory table ---------------------------------------------------------
+
+const std::vector<MemTag>& bench_memory_kinds() {
+  static const std::vector<MemTag> kinds = {MemTag::params, MemTag::grads, MemTag::optimizer,
+                                            MemTag::activations, MemTag::comm};
+  return kinds;
+}
+
+const BenchResult* bench_memory_baseline(const std::vector<BenchResult>& results,
+                                         const std::string& precision) {
+  for (const BenchResult& r : results)
+    if (r.mode == "dp-replicas" && r.precision == precision && !r.peaks.empty()) return &r;
+  return nullptr;
+}
+
+namespace {
+size_t largest_device(const BenchResult& r) {
+  size_t at = 0;
+  for (size_t i = 1; i < r.peaks.size(); ++i)
+    if (r.peaks[i].peak_bytes > r.peaks[at].peak_bytes) at = i;
+  return at;
+}
+std::string label_of(const BenchResult& r) {
+  return r.mode + (r.precision == "bf16" ? " bf16" : "");
+}
+std::string cells(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string cells(const char* fmt, ...) {
+  va_list args, again;
+  va_start(args, fmt);
+  va_copy(again, args);
+  int n = std::vsnprintf(nullptr, 0, fmt, args);
+  va_end(args);
+  std::string out(static_cast<size_t>(std::max(n, 0)), '\0');
+  std::vsnprintf(out.data(), out.size() + 1, fmt, again);
+  va_end(again);
+  return out;
+}
+}  // namespace
+
+double bench_memory_ratio(const BenchResult& r, const BenchResult& base) {
+  if (r.peaks.empty() || base.peaks.empty() || base.peaks[0].peak_bytes == 0) return 0;
+  return static_cast<double>(r.peaks[largest_device(r)].peak_bytes) /
+         static_cast<double>(base.peaks[0].peak_bytes);
+}
+
+std::string bench_memory_table(const std::vector<BenchResult>& rows) {
+  std::string out = cells("%-24s %-16s", "mode", "device");
+  for (MemTag t : bench_memory_kinds()) out += cells(" %11s", mem_tag_name(t));
+  out += cells(" %11s  %s\n", "total", "vs dp-replicas");
+  std::vector<std::string> precisions;
+  for (const BenchResult& r : rows) {
+    if (std::find(precisions.begin(), precisions.end(), r.precision) == precisions.end())
+      precisions.push_back(r.precision);
+    const BenchResult* base = bench_memory_baseline(rows, r.precision);
+    const size_t top = largest_device(r);
+    for (size_t i = 0; i < r.peaks.size(); ++i) {
+      const DevicePeak& p = r.peaks[i];
+      out += cells("%-24s %-16s", i ? "" : label_of(r).c_str(), p.device.c_str());
+      for (MemTag t : bench_memory_kinds()) out += cells(" %11s", bytes_str(p.tag(t)).c_str());
+      out += cells(" %11s", bytes_str(p.peak_bytes).c_str());
+      if (i == top) out += base ? cells("  %.2fx", bench_memory_ratio(r, *base)) : "  -";
+      out += "\n";
+    }
+  }
+  for (const std::string& precision : precisions) {
+    const BenchResult* base = bench_memory_baseline(rows, precision);
+    out += base ? cells(
+                      "vs dp-replicas (%s): a mode's largest device total / dp-replicas' %s "
+                      "total, %s (whole weights, gradients and AdamW state)\n",
+                      precision.c_str(), base->peaks[0].device.c_str(),
+                      bytes_str(base->peaks[0].peak_bytes).c_str())
+                : cells("vs dp-replicas (%s): no ratio, dp-replicas did not run in %s\n",
+                        precision.c_str(), precision.c_str());
+  }
+  return out;
 }
 
 std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& c, Device device, int64_t batch,

@@ -1,31 +1,45 @@
 #pragma once
 // Benchmarks shared by `fanout bench` and the walkthrough: one training mode of
 // the DataParallel engine timed on a synthetic batch (tokens/s, the step-time
-// breakdown, peak bytes per device), and the CPU op micro-benchmark.
+// breakdown, peak bytes per device and per kind), the memory table that
+// compares the modes' peaks, and the CPU op micro-benchmark.
 
+#include <array>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "apps/train/ddp_env.h"
+#include "engine/core/allocator.h"
 #include "engine/parallel/data_parallel.h"
 #include "models/llama_config.h"
 
 namespace fanout::train {
 
 struct BenchMode {
-  std::string name;  // dp, dp-replicas, dp-overlap, zero1
+  std::string name;  // dp, dp-replicas, dp-overlap, zero1, zero2, zero3, ddp
   parallel::Strategy strategy = parallel::Strategy::dp;
   parallel::LossOn loss_on = parallel::LossOn::output;
   bool overlap = false;
 };
-// "dp,dp-replicas,dp-overlap,zero1,ddp" (or "all"); unknown names are errors.
-// ddp is measured in separate processes (fanout launch), the others in this one.
+// "dp,dp-replicas,dp-overlap,zero1,zero2,zero3,ddp" (or "all"); unknown names are
+// errors. ddp is measured in separate processes (fanout launch), the others in this one.
 std::vector<BenchMode> bench_modes_parse(const std::string& list);
 
+// Peak bytes of one device during a mode's timed steps: the total, and each
+// MemTag's own peak (the kinds peak at different moments, so they may add up to
+// more than the total).
 struct DevicePeak {
   std::string device;
   size_t peak_bytes = 0;
+  std::array<size_t, kNumMemTags> by_tag{};
+  size_t tag(MemTag t) const { return by_tag[static_cast<int>(t)]; }
 };
+// {"device", "bytes" (the total), and one key per MemTag: "params", "grads", ...};
+// from_json reads the same (a file without the kinds leaves them 0).
+nlohmann::json device_peak_json(const DevicePeak& p);
+DevicePeak device_peak_from_json(const nlohmann::json& j);
 
 struct BenchResult {
   std::string mode, devices;
@@ -49,7 +63,24 @@ struct BenchSetup {
   DType working = DType::f32, grad_comm = DType::f32;
 };
 
+// Peaks are measured from the first timed step (every device's peaks reset
+// there), so each mode's are its own whatever ran before it.
 BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode);
+
+// --- the memory table ---------------------------------------------------------
+
+// The kinds the memory table shows, in column order.
+const std::vector<MemTag>& bench_memory_kinds();
+// The result the memory ratios divide by: dp-replicas in `precision` (its primary,
+// peaks[0], holds whole weights, gradients and AdamW state), or nullptr.
+const BenchResult* bench_memory_baseline(const std::vector<BenchResult>& results,
+                                         const std::string& precision);
+// r's largest device total over base's primary total (0 if either has no peaks).
+double bench_memory_ratio(const BenchResult& r, const BenchResult& base);
+// One row per result and device: its label, the device, the peak of each kind and
+// the total; on the row of a result's largest device, the ratio to the baseline
+// of its precision ("-" where there is none); then a line naming the baselines.
+std::string bench_memory_table(const std::vector<BenchResult>& rows);
 
 struct OpBenchRow {
   std::string op, shape;

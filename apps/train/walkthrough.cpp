@@ -14,6 +14,7 @@
 #include "apps/train/trace_timeline.h"
 #include "apps/train/walkthrough_precision.h"
 #include "apps/train/walkthrough_prose.h"
+#include "apps/train/walkthrough_zero.h"
 #include "engine/core/check.h"
 #include "engine/core/trace.h"
 #include "engine/parallel/data_parallel.h"
@@ -56,6 +57,10 @@ const ModeSpec kModes[] = {
     {"dp-overlap", "--overlap: gradient buckets reduced while backward runs", Strategy::dp,
      LossOn::replicas, true},
     {"zero1", "zero1: sharded optimizer state", Strategy::zero1, LossOn::replicas, false},
+    {"zero2", "zero2: gradients sharded too, reduced unit by unit during backward", Strategy::zero2,
+     LossOn::replicas, false},
+    {"zero3", "zero3: weights sharded too, gathered unit by unit", Strategy::zero3,
+     LossOn::replicas, false},
 };
 
 // Restores the recorder to disabled even when a mode throws.
@@ -133,7 +138,11 @@ class Narrator : public Prose {
                                 const parallel::LossStats& st, const PhaseTimes& t,
                                 const std::vector<TraceSpan>& spans);
   void narrate_reduce(const ModeSpec& spec, WalkthroughMode& m, DataParallel& dp,
-                      const PhaseTimes& t, int64_t step_t0, const std::vector<TraceSpan>& spans);
+                      const PhaseTimes& t, int64_t step_t0, const std::vector<TraceSpan>& spans,
+                      const std::vector<WalkthroughMode>& done);
+  walk::ZeroRun zero_run(const ModeSpec& spec, DataParallel& dp) const {
+    return {spec.strategy, o_.devices, dp.shards(), dp.primary().units(), 4};  // fp32 weights
+  }
   void narrate_memory(WalkthroughMode& m, const std::vector<AllocatorStats>& base);
   void compare(const ModeSpec& spec, const WalkthroughMode& m,
                const std::vector<WalkthroughMode>& done);
@@ -144,6 +153,7 @@ class Narrator : public Prose {
   std::vector<Device> distinct_;
   TokenData data_;
   double plain_wait_ = 0, overlap_wait_ = 0;  // step 1's reduce, without and with --overlap
+  walk::ZeroRun zero_run_;                    // the mode that runs now
 };
 
 void Narrator::intro() {
@@ -193,7 +203,11 @@ void Narrator::narrate_forward_backward(const ModeSpec& spec, WalkthroughMode& m
         "loss");
   }
   // replicate
-  if (t.replicate > 0) {
+  if (spec.strategy == Strategy::zero3) {
+    line("replicate",
+         "nothing to broadcast: no device holds the whole weights, each unit is "
+         "gathered just before it runs (below)");
+  } else if (t.replicate > 0) {
     std::string to;
     for (int r = 1; r < n; ++r) to += (r > 1 ? ", " : "") + dev(r);
     line("replicate",
@@ -277,13 +291,18 @@ void Narrator::narrate_forward_backward(const ModeSpec& spec, WalkthroughMode& m
 
 void Narrator::narrate_reduce(const ModeSpec& spec, WalkthroughMode& m, DataParallel& dp,
                               const PhaseTimes& t, int64_t step_t0,
-                              const std::vector<TraceSpan>& spans) {
+                              const std::vector<TraceSpan>& spans,
+                              const std::vector<WalkthroughMode>& done) {
   int n = dp.size();
   m.grad_bytes = static_cast<size_t>(P_) * 4;
   std::string senders;
   for (int r = 1; r < n; ++r) senders += (r > 1 ? ", " : "") + dev(r);
   if (n == 1) {
     line("reduce", "one replica: its gradients are already the whole batch's");
+    return;
+  }
+  if (spec.strategy == Strategy::zero2 || spec.strategy == Strategy::zero3) {
+    walk::zero_reduce(*this, zero_run(spec, dp), m, t.reduce, done);
     return;
   }
   if (spec.strategy == Strategy::zero1) {
@@ -397,6 +416,8 @@ void Narrator::compare(const ModeSpec& spec, const WalkthroughMode& m,
              "whole gradient",
              dev(0).c_str(), bytes_str(prev.tag(MemTag::comm)).c_str(),
              bytes_str(p1.tag(MemTag::comm)).c_str()));
+  } else if (spec.name == "zero2" || spec.name == "zero3") {
+    walk::zero_compare(*this, zero_run_, m, done);
   } else if (spec.name == "zero1") {
     std::string per;
     for (size_t r = 0; r < m.optimizer_bytes.size(); ++r)
@@ -426,11 +447,18 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
   options.overlap = spec.overlap;
   options.bucket_mb = o_.bucket_mb;
   auto factory = [&](Device d, int i) {
-    auto model = std::make_unique<models::LlamaModel>(o_.config, d, lane(i, "compute"));
-    if (i == 0) model->init_random(1);  // the primary's weights; replicate copies them
-    return model;
+    return std::make_unique<models::LlamaModel>(o_.config, d, lane(i, "compute"));
   };
   DataParallel dp(factory, options, cross_entropy_loss_functions());
+  // The same initial weights in every mode: onto the primary (replicate copies
+  // them), or under zero3 straight into each device's shard.
+  dp.params_from_host(models::LlamaModel::random_params(o_.config, 1).data());
+  if (spec.strategy != Strategy::dp) {
+    // zero2/zero3 own a piece of every unit: the elements per replica, summed.
+    m.shard_elements.assign(dp.size(), 0);
+    for (const auto& sh : dp.shards()) m.shard_elements[sh.replica] += sh.end - sh.begin;
+  }
+  zero_run_ = zero_run(spec, dp);
   ops::AdamWConfig adam;
   Optimizer opt(dp, decay_runs(layout_), adam);
 
@@ -471,6 +499,9 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
       more(strf("  %s owns [%lld, %lld) %s: %s .. %s", dev(sh.replica).c_str(), (long long)sh.begin,
                 (long long)sh.end, bytes_str((sh.end - sh.begin) * 4).c_str(),
                 param_at(sh.begin).c_str(), param_at(sh.end - 1).c_str()));
+  } else if (spec.strategy == Strategy::zero2 || spec.strategy == Strategy::zero3) {
+    m.units = static_cast<int64_t>(zero_run_.units.size());
+    walk::zero_intro(*this, zero_run_);
   }
 
   DataLoader loader(data_, o_.batch_size, o_.seq_len, true, false, 0, models::kIgnoreIndex);
@@ -497,8 +528,14 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
 
     dp.reduce_gradients();
     PhaseTimes red = dp.last_times();
+    const parallel::CommBytes before_update = dp.comm_bytes();
     if (detail) {
-      narrate_reduce(spec, m, dp, red, t0, spans_between(t0, trace.now_us()));
+      m.weights_sent = before_update.replicate, m.sums_sent = before_update.reduce;
+      if (spec.strategy == Strategy::zero3) {
+        walk::GatherBytes g = walk::zero3_gather_bytes(zero_run_, m.rows);
+        m.gather_forward = g.forward, m.gather_backward = g.backward;
+      }
+      narrate_reduce(spec, m, dp, red, t0, spans_between(t0, trace.now_us()), done);
       (spec.overlap ? overlap_wait_ : plain_wait_) = red.reduce;
     }
 
@@ -509,6 +546,7 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
     }
     FANOUT_CHECK(std::isfinite(norm), "the gradient norm is ", norm, " at step ", step);
     PhaseTimes all = dp.last_times();
+    if (detail) m.update_sent = dp.comm_bytes().replicate - before_update.replicate;
     double step_s = std::chrono::duration<double>(Clock::now() - wall0).count();
     m.losses.push_back(st.loss_sum / static_cast<double>(st.count));
     m.step_ms.push_back(step_s * 1e3);
@@ -519,7 +557,7 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
         m.optimizer_bytes.push_back(opt_mem.live - std::min(opt_mem.live, before.live));
       }
       double gather_s = all.replicate - red.replicate;  // zero1's all-gather in finish_step
-      if (spec.strategy == Strategy::zero1) {
+      if (spec.strategy != Strategy::dp) {
         std::string per;
         for (int r = 0; r < n; ++r)
           per += strf("%s%s %zu bytes", r ? ", " : "", dev(r).c_str(), m.optimizer_bytes[r]);
@@ -531,9 +569,16 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
         for (const auto& sh : dp.shards())
           recv += strf("%s%s %lld", recv.empty() ? "" : ", ", dev(sh.replica).c_str(),
                        (long long)((P_ - (sh.end - sh.begin)) * 4));
-        line("all-gather", "each device sends its updated shard to the others in " + ms(gather_s) +
-                               "; bytes received: " + recv);
-        more("every replica is current again, so the next step broadcasts nothing");
+        if (spec.strategy == Strategy::zero3) {
+          line("all-gather", strf("none: %lld bytes sent by the update. Each owner's updated "
+                                  "shard is what the next forward gathers from",
+                                  (long long)m.update_sent));
+        } else {
+          line("all-gather", "each device sends its updated shard to the others in " +
+                                 ms(gather_s) + "; bytes received: " + recv +
+                                 strf(" (%lld in all)", (long long)m.update_sent));
+          more("every replica is current again, so the next step broadcasts nothing");
+        }
       } else {
         line("optimizer",
              strf("AdamW on %s only, in %s: %zu bytes of state there (m and v: 2 x %lld x 4, "
@@ -549,9 +594,11 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
       auto add = [&](const char* what, double s) {
         if (s > 0) phases += strf("%s%s %.2f", phases.empty() ? "" : ", ", what, s * 1e3);
       };
-      add("scatter", all.scatter),
-          add(spec.strategy == Strategy::zero1 ? "all-gather" : "replicate", all.replicate),
-          add("forward", all.forward);
+      // zero1/zero2: the update's all-gather; zero3: only finishing the step.
+      const char* weights = spec.strategy == Strategy::dp      ? "replicate"
+                            : spec.strategy == Strategy::zero3 ? "finish"
+                                                               : "all-gather";
+      add("scatter", all.scatter), add(weights, all.replicate), add("forward", all.forward);
       add("gather", all.gather), add("loss", all.loss), add("backward", all.backward);
       add("reduce", all.reduce), add("optimizer", all.optimizer);
       line(strf("step %d", step),
@@ -572,13 +619,16 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
 void Narrator::summary(const std::vector<WalkthroughMode>& modes) {
   out_ << "\n"
        << heading("summary") << " (mean step time; peak bytes on the primary " << dev(0) << ")\n";
-  out_ << strf("  %-13s %10s %12s %12s %12s\n", "mode", "step", "peak", "optimizer", "comm");
+  out_ << strf("  %-13s %10s %12s %12s %12s %12s %12s\n", "mode", "step", "peak", "params", "grads",
+               "optimizer", "comm");
   for (const WalkthroughMode& m : modes) {
     double mean = 0;
     for (double v : m.step_ms) mean += v / static_cast<double>(m.step_ms.size());
     const DeviceMemory& d = m.memory[0];
-    out_ << strf("  %-13s %7.2f ms %12s %12s %12s\n", m.name.c_str(), mean,
-                 bytes_str(d.total).c_str(), bytes_str(d.tag(MemTag::optimizer)).c_str(),
+    out_ << strf("  %-13s %7.2f ms %12s %12s %12s %12s %12s\n", m.name.c_str(), mean,
+                 bytes_str(d.total).c_str(), bytes_str(d.tag(MemTag::params)).c_str(),
+                 bytes_str(d.tag(MemTag::grads)).c_str(),
+                 bytes_str(d.tag(MemTag::optimizer)).c_str(),
                  bytes_str(d.tag(MemTag::comm)).c_str());
   }
 }
@@ -615,7 +665,7 @@ WalkthroughResult walkthrough_run(const WalkthroughOptions& o, std::ostream& out
     TraceOn recording;
     for (const ModeSpec& spec : kModes) result.modes.push_back(narrator.run(spec, result.modes));
   }
-  // Not traced: the trace shows the four modes.
+  // Not traced: the trace shows the modes.
   result.precision = walk::walkthrough_precision(o, narrator.data(),
                                                  static_cast<int>(result.modes.size()) + 1, out);
   narrator.summary(result.modes);
@@ -623,7 +673,7 @@ WalkthroughResult walkthrough_run(const WalkthroughOptions& o, std::ostream& out
     std::vector<TraceSpan> spans = Trace::global().spans();
     Trace::global().write(o.trace_path);
     out << "\ntrace: " << spans.size() << " spans on " << timeline_lanes(spans).size()
-        << " lanes, all four modes, written to " << o.trace_path
+        << " lanes, all " << result.modes.size() << " modes, written to " << o.trace_path
         << " (open it in ui.perfetto.dev)\n";
   }
   return result;

@@ -1,10 +1,11 @@
 #pragma once
 // `fanout walkthrough`: a narrated run of the DataParallel engine on a small
 // Llama and the embedded corpus — faithful dp, --loss-on replicas, --overlap,
-// zero1 — each phase told with the engine's real numbers (rows, shapes, bytes,
-// milliseconds, bytes per device from the allocators), an ASCII timeline per
-// mode from the trace spans, and the whole trace written for Perfetto; then what
-// bf16 mixed precision and bf16 gradient sums change, from the byte counters.
+// zero1, zero2, zero3 — each phase told with the engine's real numbers (rows,
+// shapes, shards, bytes, milliseconds, bytes per device and kind from the
+// allocators), an ASCII timeline per mode from the trace spans, and the whole
+// trace written for Perfetto; then what bf16 mixed precision and bf16 gradient
+// sums change, from the byte counters.
 
 #include <array>
 #include <cstdint>
@@ -44,7 +45,7 @@ struct DeviceMemory {
 
 // The figures one mode's narration quoted.
 struct WalkthroughMode {
-  std::string name;                     // dp, dp-replicas, dp-overlap, zero1
+  std::string name;                     // dp, dp-replicas, dp-overlap, zero1, zero2, zero3
   std::vector<int64_t> rows;            // per replica
   std::vector<size_t> scatter_bytes;    // token ids (inputs) per replica
   size_t gather_bytes = 0;              // logits gathered onto the output device
@@ -55,6 +56,13 @@ struct WalkthroughMode {
   std::vector<double> step_ms;          // per step, wall clock
   int64_t buckets = 0;                  // --overlap
   int64_t early_reductions = 0;         // reduce spans that began before backward ended
+  std::vector<int64_t> shard_elements;  // zero1/2/3: the elements each replica owns
+  int64_t units = 0;                    // zero2/3: units reduced (zero3: gathered) one by one
+  // Step 1's DataParallel::comm_bytes(): weights sent between devices up to the
+  // update (dp's and zero1/2's broadcast of the fresh master, zero3's gathers),
+  // gradient sums, and weights sent by the update (zero1/2's all-gather).
+  int64_t weights_sent = 0, sums_sent = 0, update_sent = 0;
+  int64_t gather_forward = 0, gather_backward = 0;  // zero3: what the units predict
 };
 
 // One run of the precision section: a strategy in one precision, two steps on the
@@ -78,7 +86,7 @@ struct WalkthroughResult {
   std::vector<WalkthroughPrecisionRun> precision;
 };
 
-// Runs the four modes in order, then the precision section (not traced), writing
+// Runs the six modes in order, then the precision section (not traced), writing
 // the narration to `out`. Takes over the process-wide trace recorder while it runs
 // (cleared first, then recording every mode; left disabled) and writes
 // options.trace_path at the end if set.

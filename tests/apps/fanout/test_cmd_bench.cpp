@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/train/bench.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/file_limit_util.h"
 #include "tests/engine/core/file_node_util.h"
@@ -202,6 +203,9 @@ TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the e
     CHECK(b[i]["grad_comm"] == "bf16");
     CHECK(b[i]["comm_bytes_per_step"]["reduce"].get<int64_t>() * 2 == sums);
     CHECK(b[i + 3]["comm_bytes_per_step"]["reduce"].get<int64_t>() * 2 == sums);
+    // Every device's (ddp: every rank's) peaks per kind, measured where it ran.
+    REQUIRE(f32["peak_bytes_by_kind"].size() == 2);
+    for (const auto& p : f32["peak_bytes_by_kind"]) CHECK(p["params"].get<size_t>() > 0);
   }
   for (const char* bad : {"fp16", ""}) {
     auto r = test::run_fanout(with(small_bench(), {"--precision", bad}), kTimeout);
@@ -229,4 +233,53 @@ TEST_CASE("bench refuses flags it would ignore and two results on one path") {
   CHECK(r.rc == 1);
   CHECK(has(r.err, "--svg: an empty string is not a file name"));
   CHECK(!std::filesystem::exists(dir / "x"));
+}
+
+TEST_CASE("bench runs zero2 and zero3 and prints and writes each device's peak bytes per kind") {
+  test::TempDir dir("fanout-bench");
+  const std::string json = dir / "m.json";
+  auto r = test::run_fanout(with(small_bench("--modes", "dp-replicas,zero2,zero3"),
+                                 {"--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--batch-size", "4",
+                                  "--precision", "fp32", "--warmup", "1", "--json", json}),
+                            kTimeout);
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "peak bytes per device in the timed steps, by kind"));
+  std::ifstream in(json);
+  nlohmann::json rows = nlohmann::json::parse(in)["results"];
+  REQUIRE(rows.size() == 4);  // the baseline, dp-replicas, zero2, zero3
+  // The table prints the figures the JSON holds: rebuilt from it, it is in stdout.
+  std::vector<train::BenchResult> results;
+  for (const auto& row : rows) {
+    train::BenchResult b;
+    b.mode = row["mode"].get<std::string>();
+    b.precision = row["precision"].get<std::string>();
+    for (const auto& p : row["peak_bytes_by_kind"]) {
+      b.peaks.push_back(train::device_peak_from_json(p));
+      CHECK(row["peak_bytes"][b.peaks.back().device] == p["bytes"]);
+    }
+    results.push_back(b);
+  }
+  CHECK(has(r.out, train::bench_memory_table(results)));
+  REQUIRE(results[1].mode == "dp-replicas");
+  const train::DevicePeak& primary = results[1].peaks[0];
+  for (int i : {2, 3}) {
+    CAPTURE(results[i].mode);
+    REQUIRE(results[i].peaks.size() == 4);
+    for (const train::DevicePeak& p : results[i].peaks) {
+      CHECK(p.tag(MemTag::grads) < primary.tag(MemTag::grads));
+      CHECK(p.tag(MemTag::optimizer) < primary.tag(MemTag::optimizer));
+      if (i == 3) CHECK(p.tag(MemTag::params) < primary.tag(MemTag::params));
+    }
+  }
+  CHECK(rows[1]["memory_vs_dp_replicas"].get<double>() == 1.0);
+  CHECK(rows[3]["memory_vs_dp_replicas"].get<double>() < 1.0);
+  CHECK(rows[0]["memory_vs_dp_replicas"].is_number());  // the one-device baseline, fp32
+  auto help = test::run_fanout({"bench", "--help"}, kTimeout);
+  CHECK(has(help.out, "dp,dp-replicas,dp-overlap,zero1,zero2,zero3,ddp or all"));
+  auto bad = test::run_fanout(small_bench("--modes", "zero4"), kTimeout);
+  CHECK(bad.rc == 1);
+  CHECK(bad.err_lines() == 1);
+  CHECK(has(bad.err, "choose from dp, dp-replicas, dp-overlap, zero1, zero2, zero3, ddp"));
 }

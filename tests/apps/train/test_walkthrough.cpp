@@ -1,6 +1,9 @@
 // The walkthrough narrates the engine's real numbers: the uneven scatter of 5
 // rows over 2 CPU devices with its byte counts, the (B, T, V) gather, P*4 bytes of
 // gradients, zero1's halved optimizer state, and losses that agree across modes.
+// zero2 and zero3 quote their shards, the gradient bytes of zero1's reduce-scatter
+// and (zero3) the weight gathers the units predict, and peaks per kind within the
+// bounds of a shard plus 3 units in flight.
 // The precision section's bytes come from the engine's counters: bf16 working
 // weights travel in half the bytes, and so do bf16 gradient sums.
 // Through the binary: exit 0, a timeline legend and a trace that parses as JSON;
@@ -8,11 +11,13 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -96,7 +101,7 @@ TEST_CASE("the walkthrough narrates the real scatter gather and gradient bytes")
 
   int64_t P = models::LlamaLayout(o.config).total(), V = o.config.vocab_size;
   CHECK(r.parameters == P);
-  REQUIRE(r.modes.size() == 4);
+  REQUIRE(r.modes.size() == 6);
   const WalkthroughMode& dp = mode(r, "dp");
   CHECK(dp.rows == std::vector<int64_t>{3, 2});
   CHECK(dp.scatter_bytes == std::vector<size_t>{3 * T * 4, 2 * T * 4});
@@ -108,7 +113,8 @@ TEST_CASE("the walkthrough narrates the real scatter gather and gradient bytes")
   CHECK(has(s, std::to_string(P * 4) + " bytes (P*4)"));
   CHECK(has(s, "broadcast " + std::to_string(P) + " parameters"));
   CHECK(has(s, "legend:"));
-  for (const char* title : {"1. faithful dp", "2. --loss-on replicas", "3. --overlap", "4. zero1"})
+  for (const char* title : {"1. faithful dp", "2. --loss-on replicas", "3. --overlap", "4. zero1",
+                            "5. zero2", "6. zero3"})
     CHECK(has(s, title));
 }
 
@@ -122,7 +128,8 @@ TEST_CASE("walkthrough modes agree on the loss and differ in memory as narrated"
   const WalkthroughMode& replicas = mode(r, "dp-replicas");
   const WalkthroughMode& overlap = mode(r, "dp-overlap");
   const WalkthroughMode& zero1 = mode(r, "zero1");
-  for (const WalkthroughMode* m : {&replicas, &overlap, &zero1}) {
+  for (const WalkthroughMode* m :
+       {&replicas, &overlap, &zero1, &mode(r, "zero2"), &mode(r, "zero3")}) {
     CAPTURE(m->name);
     REQUIRE(m->losses.size() == dp.losses.size());
     for (size_t i = 0; i < dp.losses.size(); ++i)
@@ -144,6 +151,78 @@ TEST_CASE("walkthrough modes agree on the loss and differ in memory as narrated"
   CHECK(dp.memory[0].tag(MemTag::comm) >= replicas.memory[0].tag(MemTag::comm) + dp.gather_bytes);
   CHECK(overlap.buckets > 1);
   CHECK(has(text.str(), std::to_string(overlap.buckets) + " buckets"));
+}
+
+TEST_CASE("walkthrough zero2 and zero3 quote their shards, reductions and gathers from the run") {
+  WalkthroughOptions o;
+  o.devices = {cpu_device(0), cpu_device(1)};
+  o.batch_size = 5;
+  o.seq_len = 8;
+  o.steps = 1;
+  std::ostringstream text;
+  WalkthroughResult r = walkthrough_run(o, text);
+  const std::string s = text.str();
+  CAPTURE(s);
+  const int64_t P = r.parameters;
+  const models::LlamaLayout layout(o.config);
+  const int64_t L = o.config.num_hidden_layers;
+  const int64_t layers = layout.layer(L - 1).end - layout.layer(0).begin;
+  const WalkthroughMode &zero1 = mode(r, "zero1"), &zero2 = mode(r, "zero2"),
+                        &zero3 = mode(r, "zero3"), &dp = mode(r, "dp-replicas");
+  auto str = [](int64_t v) { return std::to_string(v); };
+  // Shards: two halves of the flat buffer, quoted in elements.
+  for (const WalkthroughMode* m : {&zero1, &zero2, &zero3}) {
+    CAPTURE(m->name);
+    REQUIRE(m->shard_elements.size() == 2);
+    CHECK(m->shard_elements[0] + m->shard_elements[1] == P);
+  }
+  const int64_t s0 = zero3.shard_elements[0];
+  CHECK(
+      has(s, "cpu:0 owns " + str(s0) + " elements in " + str(L + 2) + " pieces, one of each unit"));
+  CHECK(zero2.units == L + 2);
+  CHECK(has(s, str(L + 2) + " units, in forward order"));
+  // Gradient sums: the bytes of zero1's reduce-scatter, cut per unit.
+  CHECK(zero1.sums_sent == P * 4);
+  CHECK(zero2.sums_sent == zero1.sums_sent);
+  CHECK(zero3.sums_sent == zero1.sums_sent);
+  CHECK(has(s, str(zero2.sums_sent) + " bytes of gradients crossed devices, as many as zero1's"));
+  // Weights: zero1/zero2 all-gather the update; zero3 gathers every unit in
+  // forward and the layers again in backward, and sends nothing after its update.
+  CHECK(zero2.update_sent == P * 4);
+  CHECK(zero2.update_sent == zero1.update_sent);
+  CHECK(zero3.update_sent == 0);
+  CHECK(zero3.gather_forward == P * 4);
+  CHECK(zero3.gather_backward == layers * 4);
+  CHECK(zero3.weights_sent == zero3.gather_forward + zero3.gather_backward);
+  CHECK(has(s, str(zero3.weights_sent) +
+                   " bytes of weights crossed devices for this step's gathers (what the units "
+                   "predict, to the byte): " +
+                   str(P * 4) + " in forward"));
+  // Memory per device: a shard plus at most 2 unit buffers in flight.
+  std::vector<int64_t> units = {layout.layer(0).begin};
+  for (int64_t l = 0; l < L; ++l) units.push_back(layout.layer(l).end - layout.layer(l).begin);
+  units.push_back(P - layout.layer(L - 1).end);
+  std::sort(units.rbegin(), units.rend());
+  const size_t in_flight = static_cast<size_t>(units[0] + units[1]) * 4;
+  for (size_t d = 0; d < 2; ++d) {
+    CAPTURE(d);
+    const size_t shard = static_cast<size_t>(zero3.shard_elements[d]) * 4;
+    CHECK(zero2.memory[d].tag(MemTag::grads) >= shard);
+    CHECK(zero2.memory[d].tag(MemTag::grads) <= shard + in_flight);
+    CHECK(zero2.memory[d].tag(MemTag::params) == dp.memory[d].tag(MemTag::params));
+    CHECK(zero3.memory[d].tag(MemTag::params) >= shard);
+    CHECK(zero3.memory[d].tag(MemTag::params) <= shard + in_flight);
+    CHECK(zero3.memory[d].tag(MemTag::params) > 0);
+    // AdamW's m and v for the same number of elements (zero2/zero3 keep one
+    // 4-byte norm scratch per piece, zero1 one per shard).
+    for (const WalkthroughMode* m : {&zero2, &zero3}) {
+      CHECK(m->memory[d].tag(MemTag::optimizer) >= zero1.memory[d].tag(MemTag::optimizer));
+      CHECK(m->memory[d].tag(MemTag::optimizer) <=
+            zero1.memory[d].tag(MemTag::optimizer) + 4 * static_cast<size_t>(L + 2));
+    }
+  }
+  CHECK(has(s, "grads peak per device cpu:0 " + bytes_str(zero2.memory[0].tag(MemTag::grads))));
+  CHECK(has(s, "params peak per device cpu:0 " + bytes_str(zero3.memory[0].tag(MemTag::params))));
 }
 
 TEST_CASE("fanout walkthrough exits 0 prints the legend and writes a trace that parses") {
@@ -253,7 +332,7 @@ TEST_CASE("the precision section measures half the bytes for bf16 weights and bf
   WalkthroughResult r = walkthrough_run(o, text);
   std::string s = text.str();
   CAPTURE(s);
-  CHECK(has(s, "5. precision: what bf16 changes"));
+  CHECK(has(s, "7. precision: what bf16 changes"));
   REQUIRE(r.precision.size() == 6);
   const long long P = r.parameters;
   for (const char* strategy : {"dp-replicas", "zero1"}) {
