@@ -119,6 +119,36 @@ LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_nam
                 "the units do not cover the layout");
   unit_weights_.resize(units_.size());
   unit_grads_.resize(units_.size());
+  unit_grads_base_.resize(units_.size());
+  // Note [The head's gradient in parts]: under zero2/zero3 a gradient range is
+  // reduced as soon as backward has produced it, and the next range's buffer
+  // waits for that; an untied lm_head and embedding (vocab x hidden each, often
+  // the largest tensors) are produced in blocks of rows no larger than a layer
+  // (ops::matmul_backward_weight_rows, ops::embedding_backward_rows), so no more
+  // than a layer's gradient exists at once. Tied, the lm_head's gradient shares
+  // the embedding's buffer, which the embedding's backward adds to at the end:
+  // one range.
+  // The embedding's gradient too (ops::embedding_backward_rows), when untied.
+  const parallel::ParamUnit head = units_.back();
+  const int64_t V = config_.vocab_size, C = config_.hidden_size;
+  if (config_.tie_word_embeddings) {
+    grad_ranges_ = units_;
+  } else {
+    int64_t layer = 1;
+    for (int64_t l = 0; l < L; ++l)
+      layer = std::max(layer, units_[l + 1].end - units_[l + 1].begin);
+    head_rows_per_part_ = std::clamp<int64_t>(layer / C, 1, V);
+    auto parts = [&](int64_t table) {
+      for (int64_t r = 0; r < V; r += head_rows_per_part_) {
+        int64_t rows = std::min(head_rows_per_part_, V - r);
+        grad_ranges_.push_back({table + r * C, table + (r + rows) * C});
+      }
+    };
+    parts(layout_.embed());
+    grad_ranges_.insert(grad_ranges_.end(), units_.begin() + 1, units_.end() - 1);
+    grad_ranges_.push_back({head.begin, layout_.lm_head()});
+    parts(layout_.lm_head());
+  }
 }
 
 // Note [Lazy flat buffers]: the flat parameters and gradients are allocated at
@@ -185,7 +215,10 @@ Tensor LlamaModel::g(int64_t offset, Shape shape) const {
   if (store_ == nullptr) return grads_.view(offset, std::move(shape));
   int u = unit_of(offset);
   FANOUT_ASSERT(unit_grads_[u].defined(), "unit ", u, "'s gradients used without acquiring them");
-  return unit_grads_[u].view(offset - units_[u].begin, std::move(shape));
+  const int64_t at = offset - unit_grads_base_[u];
+  FANOUT_ASSERT(at >= 0 && at + shape_numel(shape) <= unit_grads_[u].numel(), "gradient at ",
+                offset, " is outside the acquired range");
+  return unit_grads_[u].view(at, std::move(shape));
 }
 
 void LlamaModel::acquire_weights(int unit, int next) {
@@ -199,18 +232,19 @@ void LlamaModel::release_weights(int unit) {
   store_->release_weights(unit);
 }
 
-void LlamaModel::acquire_grads(int unit) {
+void LlamaModel::acquire_grads(int unit, int64_t begin, int64_t end) {
   if (store_ == nullptr) return;
-  unit_grads_[unit] = store_->acquire_grads(unit);
+  unit_grads_[unit] = store_->acquire_grads(unit, begin, end);
+  unit_grads_base_[unit] = begin;
 }
 
-void LlamaModel::release_grads(int unit) {
+void LlamaModel::release_grads(int unit, int64_t begin, int64_t end) {
   if (store_ == nullptr) {
-    if (grad_ready_) grad_ready_(units_[unit].begin, units_[unit].end);
+    if (grad_ready_) grad_ready_(begin, end);
     return;
   }
   unit_grads_[unit] = Tensor();
-  store_->release_grads(unit);
+  store_->release_grads(unit, begin, end);
 }
 
 void LlamaModel::params_to_working(int64_t begin, int64_t end) {
@@ -411,18 +445,38 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
     if (tied) acquire_weights(0, -1);
   }
   head_held_ = false;
-  acquire_grads(head);
-  if (tied) acquire_grads(0);  // the lm_head's gradient, until the embedding adds its own
   // lm_head and the final norm
   zero(a.dln, N * C);
-  ops::matmul_backward(s, a.dln, g(layout_.lm_head(), {V, C}), dlogits, a.lnf,
-                       w(layout_.lm_head(), {V, C}), N, C, V);
-  zero(a.dres, N * C);
-  ops::rmsnorm_backward(s, a.dres, g(layout_.final_norm(), {C}), a.dln, a.res[L],
-                        w(layout_.final_norm(), {C}), a.rstdf, N, C);
-  release_weights(head);
-  if (tied) release_weights(0);
-  release_grads(head);
+  if (store_ != nullptr && !tied) {
+    // Note [The head's gradient in parts]: d(lnf) first, then the lm_head's
+    // gradient block by block from the top, each reduced as soon as it is done.
+    ops::matmul_backward(s, a.dln, Tensor(), dlogits, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V);
+    const int64_t per = head_rows_per_part_;
+    for (int64_t r0 = (V - 1) / per * per; r0 >= 0; r0 -= per) {
+      const int64_t rows = std::min(per, V - r0);
+      const int64_t b = layout_.lm_head() + r0 * C, e = b + rows * C;
+      acquire_grads(head, b, e);
+      ops::matmul_backward_weight_rows(s, g(b, {rows, C}), dlogits, a.lnf, N, C, V, r0, rows);
+      release_grads(head, b, e);
+    }
+    acquire_grads(head, units_[head].begin, layout_.lm_head());
+    zero(a.dres, N * C);
+    ops::rmsnorm_backward(s, a.dres, g(layout_.final_norm(), {C}), a.dln, a.res[L],
+                          w(layout_.final_norm(), {C}), a.rstdf, N, C);
+    release_weights(head);
+    release_grads(head, units_[head].begin, layout_.lm_head());
+  } else {
+    acquire_grads(head);
+    if (tied) acquire_grads(0);  // the lm_head's gradient, until the embedding adds its own
+    ops::matmul_backward(s, a.dln, g(layout_.lm_head(), {V, C}), dlogits, a.lnf,
+                         w(layout_.lm_head(), {V, C}), N, C, V);
+    zero(a.dres, N * C);
+    ops::rmsnorm_backward(s, a.dres, g(layout_.final_norm(), {C}), a.dln, a.res[L],
+                          w(layout_.final_norm(), {C}), a.rstdf, N, C);
+    release_weights(head);
+    if (tied) release_weights(0);
+    release_grads(head);
+  }
 
   for (int64_t l = L - 1; l >= 0; --l) {
     const LayerOffsets& o = layout_.layer(l);
@@ -454,6 +508,18 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
     ops::rmsnorm_backward(s, a.dres, g(o.ln1, {C}), a.dln, a.res[l], w(o.ln1, {C}), x.rstd1, N, C);
     release_weights(unit);
     release_grads(unit);
+  }
+  if (store_ != nullptr && !tied) {
+    // Note [The head's gradient in parts], for the embedding: blocks of rows from the top.
+    const int64_t per = head_rows_per_part_;
+    for (int64_t r0 = (V - 1) / per * per; r0 >= 0; r0 -= per) {
+      const int64_t rows = std::min(per, V - r0);
+      const int64_t b = layout_.embed() + r0 * C, e = b + rows * C;
+      acquire_grads(0, b, e);
+      ops::embedding_backward_rows(s, g(b, {rows, C}), a.dres, inputs_, N, C, V, r0, rows);
+      release_grads(0, b, e);
+    }
+    return;
   }
   if (!tied) acquire_grads(0);
   ops::embedding_backward(s, g(layout_.embed(), {V, C}), a.dres, inputs_, N, C, V);

@@ -50,6 +50,9 @@ class LlamaModel final : public parallel::Replica {
   // The embedding, each decoder layer, then the final norm with the lm_head
   // (when untied) as the head.
   std::vector<parallel::ParamUnit> units() const override { return units_; }
+  // units(), with an untied head cut into the final norm and blocks of the
+  // lm_head's rows no larger than a layer (Note [The head's gradient in parts]).
+  std::vector<parallel::ParamUnit> grad_ranges() const override { return grad_ranges_; }
   void set_unit_store(parallel::UnitStore* store, bool weights) override;
   Tensor params() override;
   Tensor grads() override;
@@ -80,8 +83,10 @@ class LlamaModel final : public parallel::Replica {
   // release_grads reports the range as ready for --overlap).
   void acquire_weights(int unit, int next);
   void release_weights(int unit);
-  void acquire_grads(int unit);
-  void release_grads(int unit);
+  void acquire_grads(int unit, int64_t begin, int64_t end);
+  void release_grads(int unit, int64_t begin, int64_t end);
+  void acquire_grads(int unit) { acquire_grads(unit, units_[unit].begin, units_[unit].end); }
+  void release_grads(int unit) { release_grads(unit, units_[unit].begin, units_[unit].end); }
   int head_unit() const { return static_cast<int>(units_.size()) - 1; }
 
   LlamaConfig config_;
@@ -91,10 +96,12 @@ class LlamaModel final : public parallel::Replica {
   DType working_dtype_;
   Tensor params_, grads_;
   Tensor working_;  // params_ itself in fp32, a bf16 copy in mixed precision
-  std::vector<parallel::ParamUnit> units_;
+  std::vector<parallel::ParamUnit> units_, grad_ranges_;
+  int64_t head_rows_per_part_ = 0;                 // lm_head rows per gradient range (untied)
   parallel::UnitStore* store_ = nullptr;           // zero2/zero3: gradients live there
   bool store_weights_ = false;                     // zero3: weights too
   std::vector<Tensor> unit_weights_, unit_grads_;  // under the store, while acquired
+  std::vector<int64_t> unit_grads_base_;           // the flat offset of unit_grads_[u][0]
   bool head_held_ = false;  // forward keeps the head's weights for the backward that follows
   std::unique_ptr<Arena> arena_;
   GradReadyFn grad_ready_;

@@ -63,4 +63,31 @@ void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout
   }
 }
 
+void embedding_backward_rows(Stream& stream, const Tensor& dtable_rows, const Tensor& dout,
+                             const Tensor& ids, int64_t N, int64_t C, int64_t V, int64_t row0,
+                             int64_t rows) {
+  const char* op = "embedding_backward_rows";
+  FANOUT_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= V, op, ": rows [", row0, ", ", row0 + rows,
+                ") of ", V);
+  check_arg(op, "dtable_rows", stream, dtable_rows, DType::f32, rows * C);
+  check_arg(op, "dout", stream, dout, DType::f32, N * C);
+  check_arg(op, "ids", stream, ids, DType::i32, N);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        cpu::embedding_backward_rows(dtable_rows.data<float>(), dout.data<float>(),
+                                     ids.data<int32_t>(), N, C, V, row0, rows);
+      });
+      return;
+    case DeviceKind::cuda:
+#ifdef FANOUT_HAS_CUDA
+      cuda::embedding_backward_rows_f32(stream.cuda_handle(), dtable_rows.data<float>(),
+                                        dout.data<float>(), ids.data<int32_t>(), N, C, row0, rows);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
+  }
+}
+
 }  // namespace fanout::ops

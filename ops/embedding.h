@@ -18,4 +18,11 @@ void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, con
 void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout, const Tensor& ids,
                         int64_t N, int64_t C, int64_t V);
 
+// Rows [row0, row0 + rows) of dtable alone: dtable_rows (rows, C) += the scatter
+// of the tokens whose ids fall there (zero2/zero3 produce the embedding's
+// gradient in parts).
+void embedding_backward_rows(Stream& stream, const Tensor& dtable_rows, const Tensor& dout,
+                             const Tensor& ids, int64_t N, int64_t C, int64_t V, int64_t row0,
+                             int64_t rows);
+
 }  // namespace fanout::ops

@@ -65,7 +65,7 @@ void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, 
   // dout, inp and weight share one dtype X; the gradients are f32 whatever X is.
   const DType X = float_dtype(op, "dout", dout);
   if (dinp.defined()) check_arg(op, "dinp", stream, dinp, DType::f32, N * C);
-  check_arg(op, "dweight", stream, dweight, DType::f32, OC * C);
+  if (dweight.defined()) check_arg(op, "dweight", stream, dweight, DType::f32, OC * C);
   check_arg(op, "dout", stream, dout, X, N * OC);
   check_arg(op, "inp", stream, inp, X, N * C);
   check_arg(op, "weight", stream, weight, X, OC * C);
@@ -74,12 +74,13 @@ void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, 
       stream.enqueue([=] {
         using cpu::bf16;
         float* dx = dinp.defined() ? dinp.data<float>() : nullptr;
+        float* dw = dweight.defined() ? dweight.data<float>() : nullptr;
         if (X == DType::f32) {
-          cpu::matmul_backward(dx, dweight.data<float>(), dout.data<float>(), inp.data<float>(),
-                               weight.data<float>(), N, C, OC);
+          cpu::matmul_backward(dx, dw, dout.data<float>(), inp.data<float>(), weight.data<float>(),
+                               N, C, OC);
         } else {
-          cpu::matmul_backward(dx, dweight.data<float>(), dout.data<bf16>(), inp.data<bf16>(),
-                               weight.data<bf16>(), N, C, OC);
+          cpu::matmul_backward(dx, dw, dout.data<bf16>(), inp.data<bf16>(), weight.data<bf16>(), N,
+                               C, OC);
         }
       });
       return;
@@ -87,8 +88,49 @@ void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, 
 #ifdef FANOUT_HAS_CUDA
       FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
       cuda::matmul_backward_f32(stream.cuda_handle(), dinp.defined() ? dinp.data<float>() : nullptr,
-                                dweight.data<float>(), dout.data<float>(), inp.data<float>(),
-                                weight.data<float>(), N, C, OC);
+                                dweight.defined() ? dweight.data<float>() : nullptr,
+                                dout.data<float>(), inp.data<float>(), weight.data<float>(), N, C,
+                                OC);
+      return;
+#else
+      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+#endif
+  }
+}
+
+}  // namespace fanout::ops
+
+namespace fanout::ops {
+
+void matmul_backward_weight_rows(Stream& stream, const Tensor& dweight_rows, const Tensor& dout,
+                                 const Tensor& inp, int64_t N, int64_t C, int64_t OC, int64_t row0,
+                                 int64_t rows) {
+  const char* op = "matmul_backward_weight_rows";
+  FANOUT_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= OC, op, ": rows [", row0, ", ",
+                row0 + rows, ") of ", OC);
+  const DType X = float_dtype(op, "dout", dout);
+  check_arg(op, "dweight_rows", stream, dweight_rows, DType::f32, rows * C);
+  check_arg(op, "dout", stream, dout, X, N * OC);
+  check_arg(op, "inp", stream, inp, X, N * C);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        using cpu::bf16;
+        if (X == DType::f32) {
+          cpu::matmul_backward_weight_rows(dweight_rows.data<float>(), dout.data<float>(),
+                                           inp.data<float>(), N, C, OC, row0, rows);
+        } else {
+          cpu::matmul_backward_weight_rows(dweight_rows.data<float>(), dout.data<bf16>(),
+                                           inp.data<bf16>(), N, C, OC, row0, rows);
+        }
+      });
+      return;
+    case DeviceKind::cuda:
+#ifdef FANOUT_HAS_CUDA
+      FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+      cuda::matmul_backward_weight_rows_f32(stream.cuda_handle(), dweight_rows.data<float>(),
+                                            dout.data<float>(), inp.data<float>(), N, C, OC, row0,
+                                            rows);
       return;
 #else
       FANOUT_CHECK(false, op, ": this build has no CUDA backend");

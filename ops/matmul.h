@@ -16,9 +16,18 @@ void matmul_forward(Stream& stream, const Tensor& out, const Tensor& inp, const 
                     int64_t N, int64_t C, int64_t OC);
 
 // dinp (N, C) += dout weight, dweight (OC, C) += dout^T inp, from dout (N, OC).
-// An undefined dinp skips that product (the first layer needs no input gradient).
+// An undefined dinp skips that product (the first layer needs no input gradient),
+// an undefined dweight the other (matmul_backward_weight_rows computes it in parts).
 // dinp and dweight are f32 whatever the dtype of dout, inp and weight.
 void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, int64_t N, int64_t C, int64_t OC);
+
+// dweight_rows (rows, C) += dout[:, row0 : row0 + rows]^T inp: rows [row0, row0 +
+// rows) of the weight gradient alone, dout (N, OC) read in place, so a large
+// weight's gradient can be produced (and reduced) in parts. f32 gradients, inputs
+// as for matmul_backward.
+void matmul_backward_weight_rows(Stream& stream, const Tensor& dweight_rows, const Tensor& dout,
+                                 const Tensor& inp, int64_t N, int64_t C, int64_t OC, int64_t row0,
+                                 int64_t rows);
 
 }  // namespace fanout::ops

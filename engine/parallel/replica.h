@@ -36,11 +36,13 @@ class UnitStore {
   // is the unit the model will ask for after this one: it is fetched meanwhile.
   virtual Tensor acquire_weights(int unit, int next) = 0;
   virtual void release_weights(int unit) = 0;
-  // The unit's f32 gradient accumulator for this backward, zeroed.
-  virtual Tensor acquire_grads(int unit) = 0;
-  // Every gradient of the unit for this backward is queued: it is reduced onto
+  // The f32 gradient accumulator of [begin, end), one of the replica's
+  // grad_ranges() (inside `unit`), for this backward, zeroed; the host waits until
+  // the ranges released before it were reduced and freed.
+  virtual Tensor acquire_grads(int unit, int64_t begin, int64_t end) = 0;
+  // Every gradient of the range for this backward is queued: it is reduced onto
   // the shards' owners and the buffer freed once that is done.
-  virtual void release_grads(int unit) = 0;
+  virtual void release_grads(int unit, int64_t begin, int64_t end) = 0;
 };
 
 class Replica {
@@ -55,6 +57,11 @@ class Replica {
   // The layout cut into units, in the order forward uses them; they cover
   // [0, num_params()) once.
   virtual std::vector<ParamUnit> units() const = 0;
+  // The ranges backward hands over one by one under zero2/zero3 (UnitStore::
+  // release_grads), in decreasing order, each inside one unit, together covering
+  // the layout once: units(), or finer where a model produces a large unit's
+  // gradient in parts so that less of it exists at once.
+  virtual std::vector<ParamUnit> grad_ranges() const { return units(); }
   // zero2 (weights = false): gradients live in `store`, and grads() is no longer
   // available; zero3 (weights = true): the weights too, and params(),
   // working_params() are not available either. Called once, before any other use

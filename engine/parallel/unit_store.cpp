@@ -42,8 +42,9 @@ struct ShardedStorage::Slot {
     std::shared_ptr<Event> ready;
   };
   std::map<int, Held> held;              // unit -> gathered weights (under mu)
-  std::map<int, Tensor> grad_bufs;       // unit -> gradient buffer of this backward (under mu)
+  std::map<int64_t, Tensor> grad_bufs;   // range begin -> its buffer this backward (under mu)
   int live_weights = 0, live_grads = 0;  // allocated and not yet freed (under mu)
+  int held_grads = 0;                    // acquired and not yet released (under mu)
 };
 
 class ShardedStorage::View final : public UnitStore {
@@ -51,8 +52,12 @@ class ShardedStorage::View final : public UnitStore {
   View(ShardedStorage& s, int i) : s_(s), i_(i) {}
   Tensor acquire_weights(int unit, int next) override { return s_.acquire_weights(i_, unit, next); }
   void release_weights(int unit) override { s_.release_weights(i_, unit); }
-  Tensor acquire_grads(int unit) override { return s_.acquire_grads(i_, unit); }
-  void release_grads(int unit) override { s_.release_grads(i_, unit); }
+  Tensor acquire_grads(int unit, int64_t begin, int64_t end) override {
+    return s_.acquire_grads(i_, unit, begin, end);
+  }
+  void release_grads(int unit, int64_t begin, int64_t end) override {
+    s_.release_grads(i_, unit, begin, end);
+  }
 
  private:
   ShardedStorage& s_;
@@ -94,8 +99,14 @@ ShardedStorage::ShardedStorage(const std::vector<Replica*>& replicas, const Unit
   FANOUT_ASSERT(options_.max_units >= 2, "sharded storage needs room for 2 units per replica");
   const int n = static_cast<int>(replicas_.size());
   FANOUT_ASSERT(rank0_ + n <= shards_.ranks(), "more replicas than shards");
+  ranges_ = replicas_[0]->grad_ranges();
   std::vector<int64_t> cuts{0};
-  for (const ParamUnit& u : units_) cuts.push_back(u.end);
+  for (const ParamUnit& r : ranges_) {
+    FANOUT_ASSERT(r.begin == cuts.back() && r.end > r.begin,
+                  "gradient ranges must tile the layout");
+    cuts.push_back(r.end);
+  }
+  FANOUT_ASSERT(cuts.back() == units_.back().end, "gradient ranges must cover the layout");
   buckets_ = std::make_unique<GradBuckets>(cuts, n);
   for (int i = 0; i < n; ++i) {
     auto slot = std::make_unique<Slot>();
@@ -256,30 +267,36 @@ void ShardedStorage::begin_backward(const std::vector<bool>& active,
                   [this](int64_t begin, int64_t end) { reduce(begin, end); });
 }
 
-Tensor ShardedStorage::acquire_grads(int i, int unit) {
+Tensor ShardedStorage::acquire_grads(int i, int unit, int64_t begin, int64_t end) {
   Slot& slot = *slots_[i];
-  const ParamUnit& u = units_[unit];
+  FANOUT_ASSERT(units_[unit].begin <= begin && begin < end && end <= units_[unit].end,
+                "gradient range [", begin, ", ", end, ") is not inside unit ", unit);
   std::unique_lock<std::mutex> lock(slot.mu);
-  slot.freed.wait(lock, [&] { return aborted_ || slot.live_grads < options_.max_units; });
+  // Only what the model holds may exist besides: every released range reduced.
+  slot.freed.wait(lock, [&] { return aborted_ || slot.live_grads == slot.held_grads; });
   if (aborted_) throw StepAborted("stopped: another device failed in this step");
-  Tensor buf = Tensor::empty({u.end - u.begin}, DType::f32, slot.replica->device(), MemTag::grads);
-  ++slot.live_grads;
+  Tensor buf = Tensor::empty({end - begin}, DType::f32, slot.replica->device(), MemTag::grads);
+  ++slot.live_grads, ++slot.held_grads;
   flat_fill(slot.replica->compute_stream(), buf, 0.0f);
-  slot.grad_bufs[unit] = buf;
+  slot.grad_bufs[begin] = buf;
   return buf;
 }
 
-void ShardedStorage::release_grads(int i, int unit) {
-  const ParamUnit& u = units_[unit];
-  buckets_->on_ready(i, u.begin, u.end);  // the last replica to get here launches reduce()
+void ShardedStorage::release_grads(int i, int /*unit*/, int64_t begin, int64_t end) {
+  {
+    Slot& slot = *slots_[i];
+    std::lock_guard<std::mutex> lock(slot.mu);
+    --slot.held_grads;
+  }
+  buckets_->on_ready(i, begin, end);  // the last replica to get here launches reduce()
 }
 
 // Called by the buckets (their lock held) with every comm stream already waiting
-// for the unit's backward on every replica.
+// for the range's backward on every replica.
 void ShardedStorage::reduce(int64_t begin, int64_t end) {
   auto it = std::find_if(units_.begin(), units_.end(),
-                         [&](const ParamUnit& u) { return u.begin == begin; });
-  FANOUT_ASSERT(it != units_.end() && it->end == end, "a reduction that is not a unit");
+                         [&](const ParamUnit& u) { return u.begin <= begin && end <= u.end; });
+  FANOUT_ASSERT(it != units_.end(), "a reduction outside every unit");
   const int unit = static_cast<int>(it - units_.begin());
   const int64_t len = end - begin;
   const int n = static_cast<int>(slots_.size());
@@ -289,7 +306,7 @@ void ShardedStorage::reduce(int64_t begin, int64_t end) {
     Slot& slot = *slots_[i];
     {
       std::lock_guard<std::mutex> lock(slot.mu);
-      auto g = slot.grad_bufs.find(unit);
+      auto g = slot.grad_bufs.find(begin);
       if (g != slot.grad_bufs.end()) {
         bufs[i] = g->second;
         owned[i] = true;
@@ -297,25 +314,30 @@ void ShardedStorage::reduce(int64_t begin, int64_t end) {
       }
     }
     if (!bufs[i].defined()) {  // an idle replica adds zeros
-      FANOUT_ASSERT(!active_[i], "replica ", i, " reported unit ", unit, " without its gradients");
+      FANOUT_ASSERT(!active_[i], "replica ", i, " reported [", begin, ", ", end,
+                    ") without its gradients");
       bufs[i] = Tensor::empty({len}, DType::f32, slot.replica->device(), MemTag::grads);
       flat_fill(*comm_[i], bufs[i], 0.0f);
     }
   }
-  std::vector<int64_t> ub = shards_.relative_bounds(unit);
+  // Each rank's piece of the unit, cut to this range, relative to its start.
+  const std::vector<int64_t>& ub = shards_.bounds(unit);
+  std::vector<int64_t> rb(ub.size());
+  for (size_t r = 0; r < ub.size(); ++r) rb[r] = std::clamp(ub[r], begin, end) - begin;
   if (group_ == nullptr) {
-    std::vector<int64_t> local(ub.begin() + rank0_, ub.begin() + rank0_ + n + 1);
+    std::vector<int64_t> local(rb.begin() + rank0_, rb.begin() + rank0_ + n + 1);
     local_->reduce_scatter(bufs, comm_, local, 0, len);
   } else {
-    group_->reduce_scatter(bufs[0], ub, 0, len, *comm_[0]);
+    group_->reduce_scatter(bufs[0], rb, 0, len, *comm_[0]);
   }
   for (int i = 0; i < n; ++i) {
     Slot& slot = *slots_[i];
-    int64_t lo = ub[rank0_ + i], hi = ub[rank0_ + i + 1];
+    const int rank = rank0_ + i;
+    int64_t lo = rb[rank], hi = rb[rank + 1];
     if (lo < hi) {
       StreamSpan span(*comm_[i], "accumulate shard");
-      flat_add(*comm_[i], slot.grads.view(shards_.offset(unit, rank0_ + i), {hi - lo}),
-               bufs[i].view(lo, {hi - lo}));
+      int64_t at = shards_.offset(unit, rank) + (begin + lo - ub[rank]);
+      flat_add(*comm_[i], slot.grads.view(at, {hi - lo}), bufs[i].view(lo, {hi - lo}));
     }
     if (owned[i]) {
       free_after(i, *comm_[i], std::move(bufs[i]), &Slot::live_grads);
@@ -348,6 +370,7 @@ void ShardedStorage::reset() {
     slot->live_weights -= static_cast<int>(slot->held.size());
     slot->held.clear();
     slot->live_grads -= static_cast<int>(slot->grad_bufs.size());
+    slot->held_grads = 0;
     slot->grad_bufs.clear();
   }
 }

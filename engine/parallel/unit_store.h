@@ -14,9 +14,10 @@
 //             once every replica has queued the unit, it is reduce-scattered on
 //             the comm streams, each owner adds its piece to its shard, and the
 //             buffers are freed.
-// At most `max_units` gathered units (and as many gradient buffers) exist per
-// replica at once: a replica's host thread waits for its compute stream before it
-// allocates more, so a queue that runs ahead cannot hold the whole model.
+// At most `max_units` gathered units exist per replica at once, and a gradient
+// buffer is allocated only once every buffer released before it was reduced and
+// freed: a replica's host thread waits for its streams before it allocates more,
+// so a queue that runs ahead cannot hold the whole model.
 
 #include <atomic>
 #include <condition_variable>
@@ -65,7 +66,7 @@ class ShardedStorage {
   struct Options {
     bool weights = false;        // zero3: the weights are sharded too
     DType working = DType::f32;  // the dtype the replicas compute with
-    int max_units = 2;           // per replica: gathered units, and gradient buffers
+    int max_units = 2;           // per replica: gathered units
   };
   // replicas: this process's replicas, local rank i = global rank rank0 + i of
   // shards.ranks(). Sums go through `local` (several replicas) or `group` (one
@@ -108,8 +109,8 @@ class ShardedStorage {
   class View;
   Tensor acquire_weights(int i, int unit, int next);
   void release_weights(int i, int unit);
-  Tensor acquire_grads(int i, int unit);
-  void release_grads(int i, int unit);
+  Tensor acquire_grads(int i, int unit, int64_t begin, int64_t end);
+  void release_grads(int i, int unit, int64_t begin, int64_t end);
   // With slot.mu held (lock): starts gathering `unit` on the fetch stream,
   // waiting for room first.
   void gather(int i, int unit, std::unique_lock<std::mutex>& lock);
@@ -128,6 +129,7 @@ class ShardedStorage {
   Options options_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<std::unique_ptr<View>> views_;
+  std::vector<ParamUnit> ranges_;  // the replicas' grad_ranges()
   std::unique_ptr<GradBuckets> buckets_;
   std::vector<Stream*> comm_;  // of the current backward
   std::vector<bool> active_;

@@ -63,6 +63,27 @@ void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t N,
                        });
 }
 
+template <typename T>
+void embedding_backward_rows(T* dtable_rows, const T* dout, const int32_t* ids, int64_t N,
+                             int64_t C, int64_t V, int64_t row0, int64_t rows) {
+  check_ids(ids, N, V);
+  // As embedding_backward, for the tokens whose ids fall in [row0, row0 + rows).
+  parallel_for_blocked(tbb::blocked_range<int64_t>(0, C, kChannelGrain),
+                       [&](const tbb::blocked_range<int64_t>& r) {
+                         for (int64_t n = 0; n < N; ++n) {
+                           const int64_t id = ids[n];
+                           if (id < row0 || id >= row0 + rows) continue;
+                           T* drow = dtable_rows + (id - row0) * C;
+                           const T* dy = dout + n * C;
+                           for (int64_t c = r.begin(); c < r.end(); ++c) drow[c] += dy[c];
+                         }
+                       });
+}
+
+template void embedding_backward_rows<float>(float*, const float*, const int32_t*, int64_t, int64_t,
+                                             int64_t, int64_t, int64_t);
+template void embedding_backward_rows<double>(double*, const double*, const int32_t*, int64_t,
+                                              int64_t, int64_t, int64_t, int64_t);
 template void embedding_forward<float>(float*, const int32_t*, const float*, int64_t, int64_t,
                                        int64_t);
 template void embedding_forward<float, bf16>(float*, const int32_t*, const bf16*, int64_t, int64_t,

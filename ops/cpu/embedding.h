@@ -15,5 +15,9 @@ void embedding_forward(T* out, const int32_t* ids, const Table* table, int64_t N
 template <typename T>
 void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t N, int64_t C,
                         int64_t V);
+// Rows [row0, row0 + rows) of the table's gradient alone.
+template <typename T>
+void embedding_backward_rows(T* dtable_rows, const T* dout, const int32_t* ids, int64_t N,
+                             int64_t C, int64_t V, int64_t row0, int64_t rows);
 
 }  // namespace fanout::ops::cpu

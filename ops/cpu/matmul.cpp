@@ -39,7 +39,7 @@ void gemm(const GemmDesc& g, const double* A, const double* B, double* C) {
   blas_single_threaded();
   cblas_dgemm(CblasRowMajor, g.a_trans ? CblasTrans : CblasNoTrans,
               g.b_trans ? CblasTrans : CblasNoTrans, blas_dim(g.M), blas_dim(g.N), blas_dim(g.K),
-              1.0, A, blas_dim(g.a_trans ? g.M : g.K), B, blas_dim(g.b_trans ? g.K : g.N),
+              1.0, A, blas_dim(g.a_stride()), B, blas_dim(g.b_trans ? g.K : g.N),
               g.accumulate ? 1.0 : 0.0, C, blas_dim(g.N));
 }
 
@@ -76,14 +76,17 @@ float* widen(WideBuffer& buf, const bf16* src, int64_t n) {
 template <typename Out>
 void gemm_widened(const GemmDesc& g, const bf16* A, const bf16* B, Out* C) {
   thread_local std::vector<float> a_store, b_store, c_store;
-  WideBuffer a(a_store, g.M * g.K), b(b_store, g.K * g.N);
+  // A's stored extent: its rows (K of them transposed, else M) at a_stride() apart.
+  const int64_t a_rows = g.a_trans ? g.K : g.M, a_cols = g.a_trans ? g.M : g.K;
+  const int64_t a_n = (a_rows - 1) * g.a_stride() + a_cols;
+  WideBuffer a(a_store, a_n), b(b_store, g.K * g.N);
   GemmDesc f32 = g;
   f32.in = f32.out = DType::f32;
   if constexpr (std::is_same_v<Out, float>) {
-    gemm_dnnl(f32, widen(a, A, g.M * g.K), widen(b, B, g.K * g.N), C);
+    gemm_dnnl(f32, widen(a, A, a_n), widen(b, B, g.K * g.N), C);
   } else {
     WideBuffer c(c_store, g.M * g.N);
-    gemm_dnnl(f32, widen(a, A, g.M * g.K), widen(b, B, g.K * g.N), c.data());
+    gemm_dnnl(f32, widen(a, A, a_n), widen(b, B, g.K * g.N), c.data());
     cast_f32_to_bf16(reinterpret_cast<uint16_t*>(C), c.data(), g.M * g.N);
   }
 }
@@ -122,7 +125,19 @@ void matmul_backward(Grad* dinp, Grad* dweight, const In* dout, const In* inp, c
   if (dinp != nullptr)
     gemm(GemmDesc{.M = N, .N = C, .K = OC, .accumulate = true}, dout, weight, dinp);
   // dweight (OC, C) += dout (N, OC)^T . inp (N, C)
-  gemm(GemmDesc{.M = OC, .N = C, .K = N, .a_trans = true, .accumulate = true}, dout, inp, dweight);
+  if (dweight != nullptr)
+    gemm(GemmDesc{.M = OC, .N = C, .K = N, .a_trans = true, .accumulate = true}, dout, inp,
+         dweight);
+}
+
+template <typename Grad, typename In>
+void matmul_backward_weight_rows(Grad* dweight_rows, const In* dout, const In* inp, int64_t N,
+                                 int64_t C, int64_t OC, int64_t row0, int64_t rows) {
+  if (N == 0 || C == 0 || rows == 0) return;
+  // dweight[row0 : row0 + rows] (rows, C) += dout[:, row0 : row0 + rows]^T . inp (N, C):
+  // the block of dout's columns is A, stored transposed with its rows OC apart.
+  gemm(GemmDesc{.M = rows, .N = C, .K = N, .a_trans = true, .accumulate = true, .lda = OC},
+       dout + row0, inp, dweight_rows);
 }
 
 std::string matmul_engine(DType in) {
@@ -149,6 +164,13 @@ template void matmul_backward<double, double>(double*, double*, const double*, c
                                               const double*, int64_t, int64_t, int64_t);
 template void matmul_backward<float, float>(float*, float*, const float*, const float*,
                                             const float*, int64_t, int64_t, int64_t);
+template void matmul_backward_weight_rows<double, double>(double*, const double*, const double*,
+                                                          int64_t, int64_t, int64_t, int64_t,
+                                                          int64_t);
+template void matmul_backward_weight_rows<float, float>(float*, const float*, const float*, int64_t,
+                                                        int64_t, int64_t, int64_t, int64_t);
+template void matmul_backward_weight_rows<float, bf16>(float*, const bf16*, const bf16*, int64_t,
+                                                       int64_t, int64_t, int64_t, int64_t);
 template void matmul_backward<float, bf16>(float*, float*, const bf16*, const bf16*, const bf16*,
                                            int64_t, int64_t, int64_t);
 

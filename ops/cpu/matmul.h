@@ -18,11 +18,17 @@ namespace fanout::ops::cpu {
 template <typename Out, typename In>
 void matmul_forward(Out* out, const In* inp, const In* weight, int64_t N, int64_t C, int64_t OC);
 
-// dinp (N, C) += dout weight, dweight (OC, C) += dout^T inp; dinp may be nullptr
-// (skipped). (Grad, In): (double, double), (float, float), (float, bf16).
+// dinp (N, C) += dout weight, dweight (OC, C) += dout^T inp; dinp or dweight may
+// be nullptr (skipped). (Grad, In): (double, double), (float, float), (float, bf16).
 template <typename Grad, typename In>
 void matmul_backward(Grad* dinp, Grad* dweight, const In* dout, const In* inp, const In* weight,
                      int64_t N, int64_t C, int64_t OC);
+
+// Rows [row0, row0 + rows) of dweight alone: dweight_rows (rows, C) +=
+// dout[:, row0 : row0 + rows]^T inp, dout (N, OC) read in place.
+template <typename Grad, typename In>
+void matmul_backward_weight_rows(Grad* dweight_rows, const In* dout, const In* inp, int64_t N,
+                                 int64_t C, int64_t OC, int64_t row0, int64_t rows);
 
 // What runs the GEMMs of inputs of dtype `in` on this CPU, for `fanout bench ops`:
 // e.g. "oneDNN bf16 (avx512_core_bf16)" or, on a CPU without bf16 instructions,

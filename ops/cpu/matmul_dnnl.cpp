@@ -67,7 +67,8 @@ struct Primitive {
 std::unique_ptr<const Primitive> primitive_create(const GemmDesc& g) {
   using dims = dnnl::memory::dims;
   // Transposed operands are strides over the same buffer, not copies.
-  dnnl::memory::desc a({g.M, g.K}, dnnl_type(g.in), g.a_trans ? dims{1, g.M} : dims{g.K, 1});
+  const int64_t lda = g.a_stride();
+  dnnl::memory::desc a({g.M, g.K}, dnnl_type(g.in), g.a_trans ? dims{1, lda} : dims{lda, 1});
   dnnl::memory::desc b({g.K, g.N}, dnnl_type(g.in), g.b_trans ? dims{1, g.K} : dims{g.N, 1});
   dnnl::memory::desc c({g.M, g.N}, dnnl_type(g.out), dims{g.N, 1});
   dnnl::primitive_attr attr;

@@ -14,12 +14,15 @@ namespace fanout::ops::cpu {
 // C (M, N) = A (M, K) B (K, N), or C += A B when `accumulate`; row-major. a_trans:
 // A is stored as (K, M); b_trans: B is stored as (N, K). A and B have dtype `in`
 // (f32 or bf16), C has dtype `out` (f32, or bf16 when not accumulating). Every
-// dimension is positive.
+// dimension is positive. lda: the distance between A's stored rows in elements
+// (0: dense, K or, transposed, M), so A can be a block of columns of a wider matrix.
 struct GemmDesc {
   int64_t M = 0, N = 0, K = 0;
   bool a_trans = false, b_trans = false;
   DType in = DType::f32, out = DType::f32;
   bool accumulate = false;
+  int64_t lda = 0;
+  int64_t a_stride() const { return lda > 0 ? lda : (a_trans ? M : K); }
   auto operator<=>(const GemmDesc&) const = default;
 };
 

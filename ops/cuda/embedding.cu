@@ -21,13 +21,14 @@ __global__ void embedding_gather(float* out, const int32_t* ids, const float* ta
   }
 }
 
+// dtable holds rows [row0, row0 + rows) of the table's gradient.
 __global__ void embedding_scatter_add(float* dtable, const float* dout, const int32_t* ids,
-                                      int64_t N, int64_t C, int64_t V) {
+                                      int64_t N, int64_t C, int64_t row0, int64_t rows) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < N * C;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = i / C, c = i - n * C;
     const int64_t id = ids[n];
-    if (id >= 0 && id < V) atomicAdd(dtable + id * C + c, dout[i]);
+    if (id >= row0 && id < row0 + rows) atomicAdd(dtable + (id - row0) * C + c, dout[i]);
   }
 }
 
@@ -47,7 +48,17 @@ void embedding_backward_f32(void* stream, float* dtable, const float* dout, cons
                             int64_t N, int64_t C, int64_t V) {
   if (N <= 0 || C <= 0) return;
   cudaStream_t s = stream_bind(stream);
-  embedding_scatter_add<<<grid_for(N * C), kBlock, 0, s>>>(dtable, dout, ids, N, C, V);
+  embedding_scatter_add<<<grid_for(N * C), kBlock, 0, s>>>(dtable, dout, ids, N, C, 0, V);
+  FANOUT_CUDA_LAUNCH_CHECK();
+}
+
+void embedding_backward_rows_f32(void* stream, float* dtable_rows, const float* dout,
+                                 const int32_t* ids, int64_t N, int64_t C, int64_t row0,
+                                 int64_t rows) {
+  if (N <= 0 || C <= 0 || rows <= 0) return;
+  cudaStream_t s = stream_bind(stream);
+  embedding_scatter_add<<<grid_for(N * C), kBlock, 0, s>>>(dtable_rows, dout, ids, N, C, row0,
+                                                           rows);
   FANOUT_CUDA_LAUNCH_CHECK();
 }
 

@@ -16,6 +16,10 @@ void embedding_forward_f32(void* stream, float* out, const int32_t* ids, const f
 
 // dtable (V, C) += scatter of dout (N, C) by ids (N), with atomicAdd: repeated ids
 // accumulate, in an order that varies from run to run.
+// Rows [row0, row0 + rows) of the table's gradient alone.
+void embedding_backward_rows_f32(void* stream, float* dtable_rows, const float* dout,
+                                 const int32_t* ids, int64_t N, int64_t C, int64_t row0,
+                                 int64_t rows);
 void embedding_backward_f32(void* stream, float* dtable, const float* dout, const int32_t* ids,
                             int64_t N, int64_t C, int64_t V);
 

@@ -95,9 +95,24 @@ void matmul_backward_f32(void* stream, float* dinp, float* dweight, const float*
     FANOUT_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, &one, weight, c, dout,
                                     oc, &one, dinp, c));
   // dweight += dout^T inp: a sum over N; nothing to add when N == 0.
-  if (oc > 0 && n > 0)
+  if (dweight != nullptr && oc > 0 && n > 0)
     FANOUT_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, &one, inp, c, dout, oc,
                                     &one, dweight, c));
+}
+
+void matmul_backward_weight_rows_f32(void* stream, float* dweight_rows, const float* dout,
+                                     const float* inp, int64_t N, int64_t C, int64_t OC,
+                                     int64_t row0, int64_t rows) {
+  const char* op = "matmul_backward_weight_rows";
+  if (C <= 0 || N <= 0 || rows <= 0) return;
+  cudaStream_t s = stream_bind(stream);
+  const int n = checked_int(op, "N", N), c = checked_int(op, "C", C),
+            r = checked_int(op, "rows", rows), ld = checked_int(op, "OC", OC);
+  const float one = 1.0f;
+  // Column-major view: dweight_rows^T (C, rows) += inp^T (C, N) . block (N, rows),
+  // the block's columns OC apart in dout.
+  FANOUT_CUBLAS_CHECK(cublasSgemm(cublas_handle(s), CUBLAS_OP_N, CUBLAS_OP_T, c, r, n, &one, inp, c,
+                                  dout + row0, ld, &one, dweight_rows, c));
 }
 
 }  // namespace fanout::ops::cuda

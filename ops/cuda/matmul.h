@@ -12,6 +12,10 @@ void matmul_forward_f32(void* stream, float* out, const float* inp, const float*
 
 // dinp (N, C) += dout weight (skipped when dinp is nullptr), dweight (OC, C) +=
 // dout^T inp, from dout (N, OC).
+// dweight_rows (rows, C) += dout[:, row0 : row0 + rows]^T inp (dout (N, OC)).
+void matmul_backward_weight_rows_f32(void* stream, float* dweight_rows, const float* dout,
+                                     const float* inp, int64_t N, int64_t C, int64_t OC,
+                                     int64_t row0, int64_t rows);
 void matmul_backward_f32(void* stream, float* dinp, float* dweight, const float* dout,
                          const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC);
 

@@ -174,3 +174,28 @@ TEST_CASE("embedding refuses dtypes outside the bf16 contract") {
   CHECK_THROWS_AS(ops::embedding_backward(s, t16, out32, ids, N, C, V), InternalError);
   CHECK_THROWS_AS(ops::embedding_backward(s, t32, out16, ids, N, C, V), InternalError);
 }
+
+TEST_CASE("embedding backward by rows equals the rows of the whole table gradient") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t N = 9, C = 5, V = 11;
+  std::vector<int32_t> ids = {0, 3, 3, 10, 7, 0, 5, 10, 2};  // repeats, both ends
+  auto dy = random_vector(N * C, 61);
+  std::vector<double> whole(V * C, 0.25);
+  ops::cpu::embedding_backward<double>(whole.data(), dy.data(), ids.data(), N, C, V);
+  Tensor tids = tensor_from_vector(s, ids, {N}, DType::i32, cpu_device(0));
+  Tensor tdy = f32_tensor(s, dy, {N, C});
+  for (auto [row0, rows] :
+       {std::pair<int64_t, int64_t>{0, V}, {0, 4}, {4, 4}, {8, 3}, {10, 1}, {5, 0}}) {
+    CAPTURE(row0);
+    CAPTURE(rows);
+    std::vector<double> want(whole.begin() + row0 * C, whole.begin() + (row0 + rows) * C);
+    std::vector<double> d(rows * C, 0.25);
+    ops::cpu::embedding_backward_rows<double>(d.data(), dy.data(), ids.data(), N, C, V, row0, rows);
+    CHECK(d == want);
+    if (rows == 0) continue;
+    Tensor t = f32_tensor(s, std::vector<double>(rows * C, 0.25), {rows, C});
+    ops::embedding_backward_rows(s, t, tdy, tids, N, C, V, row0, rows);
+    std::string why;
+    CHECK_MESSAGE(all_close(f32_values(s, t), want, 1e-6, 1e-6, &why), why);
+  }
+}

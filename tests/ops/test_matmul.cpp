@@ -218,3 +218,50 @@ TEST_CASE("matmul GEMMs from two threads at once give the bits of one thread") {
   CHECK(mismatches[0] == 0);
   CHECK(mismatches[1] == 0);
 }
+
+TEST_CASE("matmul backward with an undefined dweight still computes dinp") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t N = 5, C = 6, OC = 7;
+  auto x = random_vector(N * C, 31), w = random_vector(OC * C, 32), dy = random_vector(N * OC, 33);
+  std::vector<double> dx(N * C, 0.0), dw(OC * C, 0.0), dx_only(N * C, 0.0);
+  ops::cpu::matmul_backward<double>(dx.data(), dw.data(), dy.data(), x.data(), w.data(), N, C, OC);
+  ops::cpu::matmul_backward<double>(dx_only.data(), nullptr, dy.data(), x.data(), w.data(), N, C,
+                                    OC);
+  CHECK(dx_only == dx);
+  Tensor tdx = f32_tensor(s, std::vector<double>(N * C, 0.0), {N, C});
+  ops::matmul_backward(s, tdx, Tensor(), f32_tensor(s, dy, {N, OC}), f32_tensor(s, x, {N, C}),
+                       f32_tensor(s, w, {OC, C}), N, C, OC);
+  std::string why;
+  CHECK_MESSAGE(all_close(f32_values(s, tdx), dx, 1e-5, 1e-6, &why), why);
+}
+
+TEST_CASE("matmul weight gradient by rows equals the rows of the whole weight gradient") {
+  // zero2/zero3 produce a large weight's gradient in parts, reading dout in place.
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (auto [N, C, OC] : {Sizes{7, 33, 17}, Sizes{37, 130, 70}, Sizes{1, 5, 3}}) {
+    CAPTURE(N);
+    CAPTURE(OC);
+    auto x = random_vector(N * C, 41), dy = random_vector(N * OC, 42);
+    std::vector<double> dw(OC * C, 0.0);
+    ops::cpu::matmul_backward<double>(nullptr, dw.data(), dy.data(), x.data(),
+                                      random_vector(OC * C, 43).data(), N, C, OC);
+    Tensor tdy = f32_tensor(s, dy, {N, OC}), tx = f32_tensor(s, x, {N, C});
+    for (auto [row0, rows] :
+         {std::pair<int64_t, int64_t>{0, OC}, {0, 1}, {OC / 3, OC / 2 + 1}, {OC - 1, 1}, {OC, 0}}) {
+      CAPTURE(row0);
+      CAPTURE(rows);
+      // Prior values accumulate; the double version of the same op agrees exactly.
+      std::vector<double> want(dw.begin() + row0 * C, dw.begin() + (row0 + rows) * C);
+      for (double& v : want) v += 0.5;
+      std::vector<double> d(rows * C, 0.5);
+      ops::cpu::matmul_backward_weight_rows<double>(d.data(), dy.data(), x.data(), N, C, OC, row0,
+                                                    rows);
+      std::string why;
+      CHECK_MESSAGE(all_close(d, want, 1e-12, 1e-12, &why), why);
+      if (rows == 0) continue;
+      Tensor t = f32_tensor(s, std::vector<double>(rows * C, 0.5), {rows, C});
+      ops::matmul_backward_weight_rows(s, t, tdy, tx, N, C, OC, row0, rows);
+      CHECK_MESSAGE(all_close(f32_values(s, t), want, 1e-5, 1e-5, &why), why);
+    }
+  }
+}

@@ -200,3 +200,22 @@ TEST_CASE("matmul bf16 runs natively only with bf16 instructions, as ONEDNN_MAX_
     CHECK_FALSE(ops::cpu::matmul_bf16_native());
   }
 }
+
+TEST_CASE("matmul bf16 weight gradient by rows equals the rows of the whole weight gradient") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t N = 19, C = 40, OC = 23;
+  auto x = bf16_rounded(random_vector(N * C, 51)), dy = bf16_rounded(random_vector(N * OC, 52));
+  auto w = bf16_rounded(random_vector(OC * C, 53));
+  Tensor tx = bf16_tensor(s, x, {N, C}), tdy = bf16_tensor(s, dy, {N, OC});
+  Tensor whole = f32_tensor(s, std::vector<double>(OC * C, 0.0), {OC, C});
+  ops::matmul_backward(s, Tensor(), whole, tdy, tx, bf16_tensor(s, w, {OC, C}), N, C, OC);
+  std::vector<double> all = f32_values(s, whole);
+  for (auto [row0, rows] : {std::pair<int64_t, int64_t>{0, 8}, {8, 8}, {16, 7}}) {
+    CAPTURE(row0);
+    Tensor t = f32_tensor(s, std::vector<double>(rows * C, 0.0), {rows, C});
+    ops::matmul_backward_weight_rows(s, t, tdy, tx, N, C, OC, row0, rows);
+    std::vector<double> want(all.begin() + row0 * C, all.begin() + (row0 + rows) * C);
+    std::string why;
+    CHECK_MESSAGE(all_close(f32_values(s, t), want, 1e-5, 1e-6, &why), why);
+  }
+}
