@@ -166,10 +166,14 @@ void LlamaModel::ensure_flat() {
       params_to_working(0, P);
     }
   }
-  if (store_ == nullptr && !grads_.defined()) {
-    grads_ = Tensor::empty({P}, DType::f32, device_, MemTag::grads);
-    flat_fill(*stream_, grads_, 0.0f);
-  }
+}
+
+// The flat gradients, at the first backward or zero_grads (never for a model that
+// only runs forward: eval, generate).
+void LlamaModel::ensure_grads() {
+  if (store_ != nullptr || grads_.defined()) return;
+  grads_ = Tensor::empty({layout_.total()}, DType::f32, device_, MemTag::grads);
+  flat_fill(*stream_, grads_, 0.0f);
 }
 
 void LlamaModel::set_unit_store(parallel::UnitStore* store, bool weights) {
@@ -188,7 +192,7 @@ Tensor LlamaModel::params() {
 
 Tensor LlamaModel::grads() {
   FANOUT_ASSERT(store_ == nullptr, "grads() of a model whose gradients are sharded");
-  ensure_flat();
+  ensure_grads();
   return grads_;
 }
 
@@ -296,7 +300,7 @@ Tensor LlamaModel::param(const std::string& name) {
 
 Tensor LlamaModel::grad(const std::string& name) {
   FANOUT_CHECK(store_ == nullptr, "grad(): the gradients are sharded (zero2/zero3)");
-  ensure_flat();
+  ensure_grads();
   const ParamInfo* p = layout_.find(name);
   FANOUT_CHECK(p != nullptr, "no parameter named ", name);
   return g(p->offset, p->shape);
@@ -304,7 +308,7 @@ Tensor LlamaModel::grad(const std::string& name) {
 
 void LlamaModel::zero_grads() {
   if (store_ != nullptr) return;  // the store's shards are the engine's to clear
-  ensure_flat();
+  ensure_grads();
   flat_fill(*stream_, grads_, 0.0f);
 }
 
@@ -427,6 +431,7 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
   int64_t B = B_, T = T_, N = B * T, C = c.hidden_size, I = c.intermediate_size;
   int64_t V = c.vocab_size, H = c.num_attention_heads, KV = c.num_key_value_heads;
   int64_t D = c.head_dim, Hd = H * D, KVd = KV * D, L = c.num_hidden_layers;
+  ensure_grads();
   StreamSpan span(s, "backward");
   // Scratch that gradients accumulate into is cleared for this batch's size only.
   auto zero = [&](const Tensor& t, int64_t n) { flat_fill(s, t.view(0, {n}), 0.0f); };

@@ -74,6 +74,7 @@ class LlamaModel final : public parallel::Replica {
   void backward_hidden(const Tensor& dlogits);                      // from dlogits down
   // The flat buffers that no unit store replaces, allocated on first use.
   void ensure_flat();
+  void ensure_grads();
   // Working weights (what forward and backward read) and f32 gradients: views of
   // the flat buffers, or of the unit's buffers under a unit store.
   Tensor w(int64_t offset, Shape shape) const;

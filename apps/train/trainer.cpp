@@ -289,14 +289,26 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
       micro.push_back(loader.next());
       counted += micro.back().counted();  // the global batch: every rank knows the total
     }
-    dp.zero_grad();
+    // An error inside the step (out of memory under --device-memory, a failed
+    // device or rank) says which step it stopped.
+    auto at_step = [&](const auto& fn) {
+      try {
+        fn();
+      } catch (const Error& e) {
+        signals.restore();
+        detail::throw_error(detail::str_cat("step ", step, ": ", e.what()));
+      }
+    };
     double loss_sum = 0;
-    for (int64_t k = 0; k < o.grad_accum; ++k) {
-      parallel::LossStats st =
-          dp.forward_backward(rank_rows(micro[k], s.ddp), models::kIgnoreIndex,
-                              std::max<int64_t>(counted, 1), k + 1 == o.grad_accum);
-      loss_sum += st.loss_sum;
-    }
+    at_step([&] {
+      dp.zero_grad();
+      for (int64_t k = 0; k < o.grad_accum; ++k) {
+        parallel::LossStats st =
+            dp.forward_backward(rank_rows(micro[k], s.ddp), models::kIgnoreIndex,
+                                std::max<int64_t>(counted, 1), k + 1 == o.grad_accum);
+        loss_sum += st.loss_sum;
+      }
+    });
     // Ranks agree on the loss and on stopping (a Ctrl-C seen by any rank).
     double shared[3] = {loss_sum, g_stop_signal.load() == SIGINT ? 1.0 : 0.0,
                         g_stop_signal.load() == SIGTERM ? 1.0 : 0.0};
@@ -313,8 +325,11 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
                                   : " (last good checkpoint: " + last_checkpoint + ")"));
     };
     if (!std::isfinite(loss)) stop("loss", loss);
-    dp.reduce_gradients();
-    double norm = opt.step(step, static_cast<float>(lr), o.clip);
+    double norm = 0;
+    at_step([&] {
+      dp.reduce_gradients();
+      norm = opt.step(step, static_cast<float>(lr), o.clip);
+    });
     if (!std::isfinite(norm)) stop("gradient norm", norm);
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     int64_t step_tokens = o.batch_size * o.seq_len;  // bounded by train_prepare

@@ -133,13 +133,15 @@ ShardedStorage::ShardedStorage(const std::vector<Replica*>& replicas, const Unit
 }
 
 ShardedStorage::~ShardedStorage() {
-  for (auto& slot : slots_) {
+  // Queued frees refer to the slots: let every stream that holds one run dry.
+  auto drain = [](Stream* s) {
     try {
-      slot->replica->compute_stream().synchronize();
-      if (slot->fetch) slot->fetch->synchronize();
+      if (s) s->synchronize();
     } catch (...) {
     }
-  }
+  };
+  for (Stream* s : comm_) drain(s);
+  for (auto& slot : slots_) drain(&slot->replica->compute_stream()), drain(slot->fetch.get());
 }
 
 Tensor ShardedStorage::master(int i) const {
