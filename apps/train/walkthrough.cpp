@@ -566,9 +566,9 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
                                ms(all.optimizer).c_str(), norm, adam.lr));
         more("optimizer state (fp32 m and v of the shard): " + per);
         std::string recv;
-        for (const auto& sh : dp.shards())
-          recv += strf("%s%s %lld", recv.empty() ? "" : ", ", dev(sh.replica).c_str(),
-                       (long long)((P_ - (sh.end - sh.begin)) * 4));
+        for (int r = 0; r < n; ++r)
+          recv += strf("%s%s %lld", r ? ", " : "", dev(r).c_str(),
+                       (long long)((P_ - m.shard_elements[r]) * 4));
         if (spec.strategy == Strategy::zero3) {
           line("all-gather", strf("none: %lld bytes sent by the update. Each owner's updated "
                                   "shard is what the next forward gathers from",

@@ -38,6 +38,13 @@ size_t largest(const std::vector<DeviceMemory>& memory, MemTag kind) {
   return most;
 }
 
+// Elements each replica owns: a piece of every unit.
+std::vector<int64_t> owned_elements(const ZeroRun& z) {
+  std::vector<int64_t> owned(z.devices.size(), 0);
+  for (const auto& sh : z.shards) owned[sh.replica] += sh.end - sh.begin;
+  return owned;
+}
+
 }  // namespace
 
 std::string unit_name(const ZeroRun& z, size_t unit) {
@@ -75,7 +82,8 @@ void zero_intro(Prose& p, const ZeroRun& z) {
         "embedding, a decoder layer, the head) into a buffer of the unit's size, and once every "
         "replica has queued that unit's backward the buffers are reduce-scattered on the comm "
         "streams, each owner adds its piece to its fp32 gradient shard, and the buffers are freed "
-        "(at most 2 per device at a time). The weights stay whole on every device and the update "
+        "(a new one waits until those before it were reduced). The weights stay whole on every "
+        "device and the update "
         "is all-gathered, as with zero1");
   } else {
     p.more(
@@ -124,10 +132,10 @@ void zero_reduce(Prose& p, const ZeroRun& z, const WalkthroughMode& m, double re
               "devices%s; after backward the host waited %s for the last ones",
               z.units.size(), (long long)m.sums_sent, same.c_str(), ms(reduce_s).c_str()));
   std::string held;
-  for (const auto& sh : z.shards)
-    held += strf("%s%s %lld (%s)", held.empty() ? "" : ", ", z.devices[sh.replica].str().c_str(),
-                 (long long)(sh.end - sh.begin),
-                 bytes_str(static_cast<size_t>(sh.end - sh.begin) * 4).c_str());
+  const std::vector<int64_t> owned = owned_elements(z);
+  for (size_t r = 0; r < owned.size(); ++r)
+    held += strf("%s%s %lld (%s)", held.empty() ? "" : ", ", z.devices[r].str().c_str(),
+                 (long long)owned[r], bytes_str(static_cast<size_t>(owned[r]) * 4).c_str());
   p.more("each device now holds the summed gradients of its shard only, elements: " + held);
   if (z.strategy != Strategy::zero3) return;
 
@@ -143,14 +151,13 @@ void zero_reduce(Prose& p, const ZeroRun& z, const WalkthroughMode& m, double re
   if (distinct_devices(z)) {
     const int64_t P = z.units.back().end;
     std::string lacks, idle;
-    for (const auto& sh : z.shards) {
-      const std::string dev = z.devices[sh.replica].str();
-      if (sh.replica < static_cast<int>(m.rows.size()) && m.rows[sh.replica] == 0) {
+    for (size_t r = 0; r < owned.size(); ++r) {
+      const std::string dev = z.devices[r].str();
+      if (r < m.rows.size() && m.rows[r] == 0) {
         idle += (idle.empty() ? "" : ", ") + dev;
         continue;
       }
-      lacks += strf("%s%s %lld", lacks.empty() ? "" : ", ", dev.c_str(),
-                    (long long)(P - (sh.end - sh.begin)));
+      lacks += strf("%s%s %lld", lacks.empty() ? "" : ", ", dev.c_str(), (long long)(P - owned[r]));
     }
     p.more(strf("per pass a device fetches all of the %lld weights but its own shard, %lld bytes "
                 "each: %s",
@@ -177,25 +184,31 @@ void zero_compare(Prose& p, const ZeroRun& z, const WalkthroughMode& m,
          strf("%s peak per device %s, vs %s on %s with %s and %s with faithful dp", what,
               per_device(m.memory, &kind).c_str(), bytes_str(w0.tag(kind)).c_str(),
               w0.device.c_str(), whole->name.c_str(), bytes_str(dp->memory[0].tag(kind)).c_str()));
-  // A device keeps its shard and the unit buffers in flight (at most 3).
+  // A device keeps its shard and what is in flight: zero3 two gathered units;
+  // gradients one range at a time (a layer at most: the embedding's and an untied
+  // lm_head's come in blocks of rows no larger than a layer).
   std::vector<int64_t> sizes;
   for (const auto& u : z.units) sizes.push_back(u.end - u.begin);
   std::sort(sizes.begin(), sizes.end(), std::greater<>());
-  int64_t three = 0;
-  for (size_t i = 0; i < sizes.size() && i < 3; ++i) three += sizes[i];
+  const int64_t two = sizes[0] + (sizes.size() > 1 ? sizes[1] : 0);
   const int64_t per = z3 ? z.working_bytes : 4;
-  const auto& sh0 = z.shards[0];
-  std::string why = strf(
-      "a device keeps its shard (%s on %s) plus the unit buffers in flight, at most 3 at "
-      "once (the three largest units: %s)",
-      bytes_str(static_cast<size_t>(sh0.end - sh0.begin) * 4).c_str(),
-      z.devices[sh0.replica].str().c_str(), bytes_str(static_cast<size_t>(three * per)).c_str());
+  const int64_t shard0 = owned_elements(z)[0];
+  std::string why =
+      z3 ? strf(
+               "a device keeps its shard (%s on %s) plus the units in flight, at most 2 gathered "
+               "at once (the two largest units: %s)",
+               bytes_str(static_cast<size_t>(shard0) * 4).c_str(), z.devices[0].str().c_str(),
+               bytes_str(static_cast<size_t>(two * per)).c_str())
+         : strf(
+               "a device keeps its shard (%s on %s) plus the gradient of the part backward is "
+               "producing: a new buffer waits until the ones before it were reduced",
+               bytes_str(static_cast<size_t>(shard0) * 4).c_str(), z.devices[0].str().c_str());
   if (largest(m.memory, kind) < w0.tag(kind)) {
     p.more(why + strf(": no device ever holds the whole %s buffer", what));
   } else {
-    p.more(why + strf(". Here that is no less than the whole buffer: with %zu layers, three units "
+    p.more(why + strf(". Here that is no less than the whole buffer: with %zu layers, the units "
                       "in flight outweigh the part of the %s a device no longer keeps. The shard "
-                      "shrinks as 1/N with more devices while the buffers stay at 3 units, so the "
+                      "shrinks as 1/N with more devices while what is in flight stays, so the "
                       "saving shows with more devices or more, smaller layers",
                       z.units.size() - 2, what));
   }
