@@ -168,15 +168,19 @@ std::vector<std::string> concat(std::vector<std::string> prefix,
 
 // --- run outputs ----------------------------------------------------------------
 
-std::vector<double> metrics_losses(const std::string& path) {
+std::vector<double> metrics_values(const std::string& path, const std::string& key) {
   std::vector<double> out;
   std::istringstream in(file_read(path));
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("loss")) out.push_back(j["loss"].get<double>());
+    if (j.contains(key)) out.push_back(j[key].get<double>());
   }
   return out;
+}
+
+std::vector<double> metrics_losses(const std::string& path) {
+  return metrics_values(path, "loss");
 }
 
 int64_t metrics_last_step(const std::string& path) {

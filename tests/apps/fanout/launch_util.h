@@ -62,6 +62,8 @@ std::vector<std::string> lines_with(const std::string& text, const std::string& 
 // The "loss" of every training-step line of metrics.jsonl, in order, and the
 // last "step" (0 if there is none).
 std::vector<double> metrics_losses(const std::string& path);
+// Every line's value of `key` ("grad_norm", ...), in order, where it has one.
+std::vector<double> metrics_values(const std::string& path, const std::string& key);
 int64_t metrics_last_step(const std::string& path);
 
 // Pids of live processes whose environment holds `entry` ("NAME=value").
