@@ -54,8 +54,9 @@ Device ddp_device(const DdpEnv& env, const std::vector<Device>& devices) {
   if (devices.size() == 1 && devices[0].is_bare())
     return device_resolve(devices[0], env.local_rank);
   FANOUT_CHECK(static_cast<int>(devices.size()) == env.local_world,
-               "--strategy ddp takes --devices cpu or cuda (each rank uses device LOCAL_RANK), "
-               "or one device per local rank; got ",
+               "across processes --devices takes cpu or cuda (each rank uses device LOCAL_RANK), "
+               "or one device per local rank (several devices per process are not supported "
+               "with several processes); got ",
                devices.size(), " for ", env.local_world, " local ranks");
   return devices[env.local_rank];
 }

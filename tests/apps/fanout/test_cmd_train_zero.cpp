@@ -146,3 +146,17 @@ TEST_CASE("checkpoints cross strategies: zero3 on 4 devices resumes under dp on 
     check_same(outcome(d, init), ref);
   }
 }
+
+TEST_CASE("several devices per process under a launcher are refused with one line") {
+  TinyRun run;
+  const std::string out = run.dir / "out";
+  CliResult r =
+      run_fanout(concat({"launch", "--nproc-per-node", "2", "--"},
+                        concat(run.train_args(out, 1),
+                               {"--strategy", "zero2", "--devices", "cpu:0,cpu:1,cpu:2,cpu:3"})));
+  INFO("stderr: " << r.err);
+  CHECK(r.rc != 0);
+  CHECK(r.err.find("several devices per process are not supported with several processes); got 4 "
+                   "for 2 local ranks") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(out + "/final"));
+}
