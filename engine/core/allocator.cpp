@@ -81,10 +81,6 @@ const char* mem_tag_name(MemTag tag) {
   return "?";
 }
 
-void Allocator::Counter::add(size_t bytes) {
-  raise_peak(live.fetch_add(bytes) + bytes);
-}
-
 void Allocator::Counter::raise_peak(size_t now) {
   size_t prev = peak.load();
   while (now > prev && !peak.compare_exchange_weak(prev, now)) {
@@ -118,38 +114,53 @@ namespace {
 
 }  // namespace
 
-// Note [Device capacity]: the capacity check reserves the bytes on the live counter
-// with a compare-exchange before any memory is taken, so threads allocating on one
-// device at once can never take it past the capacity together; a refused or failed
-// allocation gives its reservation back and counts nowhere (not in peak, tag or
-// num_allocs).
+// Note [Device capacity]: the capacity check and the reservation of the bytes on
+// the live counters happen under the accounting lock before any memory is taken,
+// so threads allocating on one device at once can never take it past the capacity
+// together; a refused or failed allocation gives its reservation back and counts
+// nowhere (not in peak, tag or num_allocs). The lock also keeps the total equal to
+// the sum of the kinds at every moment, so the total's peak is never above the sum
+// of the kinds' peaks (a free on one thread and an allocation of the same size on
+// another could otherwise be counted at once in the total, never in their kind).
 void* Allocator::allocate(size_t bytes, MemTag tag) {
-  const size_t cap = capacity_.load();
-  size_t live = total_.live.load();
-  do {
-    if (cap != 0 && (bytes > cap || live > cap - bytes)) {
+  Counter& kind = tags_[static_cast<int>(tag)];
+  size_t live = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t cap = capacity_.load();
+    live = total_.live.load();
+    if (cap != 0 && (bytes > cap || live > cap - bytes))
       throw_over_capacity(device_, tag, bytes, live, cap);
-    }
     if (bytes > SIZE_MAX - live) throw_exhausted(device_, tag, bytes, live);
-  } while (!total_.live.compare_exchange_weak(live, live + bytes));
+    total_.live.fetch_add(bytes);
+    kind.live.fetch_add(bytes);
+  }
+  auto give_back = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    total_.live.fetch_sub(bytes);
+    kind.live.fetch_sub(bytes);
+  };
   void* p = nullptr;
   try {
     p = raw_allocate(bytes);
   } catch (const Error& e) {
-    total_.live.fetch_sub(bytes);
+    give_back();
     detail::throw_error(detail::str_cat("allocating ", bytes_str(bytes), " of ", mem_tag_name(tag),
                                         " on ", device_.str(), " with ", bytes_str(live),
                                         " live failed: ", e.what()));
   } catch (...) {
-    total_.live.fetch_sub(bytes);
+    give_back();
     throw;
   }
   if (p == nullptr) {
-    total_.live.fetch_sub(bytes);
+    give_back();
     throw_exhausted(device_, tag, bytes, live);
   }
-  total_.raise_peak(live + bytes);
-  tags_[static_cast<int>(tag)].add(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    total_.raise_peak(total_.live.load());
+    kind.raise_peak(kind.live.load());
+  }
   num_allocs_.fetch_add(1);
   return p;
 }
@@ -157,11 +168,13 @@ void* Allocator::allocate(size_t bytes, MemTag tag) {
 void Allocator::deallocate(void* ptr, size_t bytes, MemTag tag) noexcept {
   if (ptr == nullptr) return;
   raw_deallocate(ptr, bytes);
+  std::lock_guard<std::mutex> lock(mu_);
   total_.sub(bytes);
   tags_[static_cast<int>(tag)].sub(bytes);
 }
 
 AllocatorStats Allocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
   AllocatorStats s;
   s.total = {total_.live.load(), total_.peak.load()};
   for (int i = 0; i < kNumMemTags; ++i) s.by_tag[i] = {tags_[i].live.load(), tags_[i].peak.load()};
@@ -170,8 +183,9 @@ AllocatorStats Allocator::stats() const {
 }
 
 void Allocator::reset_peak() {
-  total_.peak.store(total_.live.load());
+  std::lock_guard<std::mutex> lock(mu_);
   for (Counter& c : tags_) c.peak.store(c.live.load());
+  total_.peak.store(total_.live.load());
 }
 
 Allocator& allocator_for(Device device) {

@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <string>
 
 #include "engine/core/device.h"
@@ -62,7 +63,6 @@ class Allocator {
  private:
   struct Counter {
     std::atomic<size_t> live{0}, peak{0};
-    void add(size_t bytes);
     void raise_peak(size_t now);
     void sub(size_t bytes) { live.fetch_sub(bytes); }
   };
@@ -71,6 +71,7 @@ class Allocator {
   std::array<Counter, kNumMemTags> tags_;
   std::atomic<size_t> num_allocs_{0};
   std::atomic<size_t> capacity_{0};
+  mutable std::mutex mu_;  // the counters change together (Note [Device capacity])
 };
 
 // The process-wide allocator of `device` (created on first use, never destroyed).
