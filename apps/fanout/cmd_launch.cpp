@@ -29,6 +29,7 @@ namespace fanout::app {
 namespace {
 struct LaunchArgs {
   int nproc = 1, nnodes = 1, node_rank = 0, port = 0;
+  bool standalone = false;  // torchrun's --standalone: one node, a free port on this host
   std::string addr = "127.0.0.1";
   double grace = 15.0;
   std::vector<std::string> command;
@@ -113,6 +114,11 @@ int run_launch(LaunchArgs a) {
                "fanout launch --nproc-per-node 2 -- train --strategy ddp");
   std::string strategy_problem = train_strategy_problem(a.command, a.nproc);
   FANOUT_CHECK(strategy_problem.empty(), strategy_problem);
+  if (a.standalone) {
+    FANOUT_CHECK(a.nnodes == 1, "--standalone runs one node; it does not combine with --nnodes ",
+                 a.nnodes);
+    FANOUT_CHECK(a.port == 0, "--standalone picks a free port itself; drop --master-port");
+  }
   if (a.port == 0) {
     FANOUT_CHECK(a.nnodes == 1, "a multi-node launch needs --master-port (the same on every node)");
     a.port = free_port();
@@ -213,12 +219,16 @@ Command add_launch_command(CLI::App& app) {
       "launch", "Start one fanout process per device with torchrun's variables (ddp)");
   auto a = std::make_shared<LaunchArgs>();
   // Bounds: a process per device (1024 covers any node), a port number or 0 (free).
-  add_number(cmd, "--nproc-per-node", a->nproc, "Processes on this node", 1, 1024);
+  // torchrun's spellings (--nproc_per_node, ...) are accepted too.
+  add_number(cmd, "--nproc-per-node,--nproc_per_node", a->nproc, "Processes on this node", 1, 1024);
   add_number(cmd, "--nnodes", a->nnodes, "Nodes in the run", 1, 65536);
-  add_number(cmd, "--node-rank", a->node_rank, "This node's index", 0, 65535);
-  cmd->add_option("--master-addr", a->addr, "Address of rank 0")->capture_default_str();
-  add_number(cmd, "--master-port", a->port, "Port of rank 0 (0: a free one, single node)", 0,
-             65535);
+  add_number(cmd, "--node-rank,--node_rank", a->node_rank, "This node's index", 0, 65535);
+  cmd->add_option("--master-addr,--master_addr", a->addr, "Address of rank 0")
+      ->capture_default_str();
+  add_number(cmd, "--master-port,--master_port", a->port,
+             "Port of rank 0 (0: a free one, single node)", 0, 65535);
+  cmd->add_flag("--standalone", a->standalone,
+                "One node on a free local port (torchrun's --standalone; the default here)");
   add_number(cmd, "--grace", a->grace, "Seconds the ranks get to stop before they are killed", 0.0,
              1e6);
   cmd->add_option("command", a->command, "The fanout command each rank runs (after --)");

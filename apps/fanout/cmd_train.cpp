@@ -59,7 +59,11 @@ Command add_train_command(CLI::App& app) {
   add("strategy", o->strategy,
       "dp, zero1, zero2, zero3 (sharded; across processes under fanout launch) or ddp");
   add("loss-on", o->loss_on, "output (faithful nn.DataParallel) or replicas");
-  flag("overlap", o->overlap, "Reduce gradient buckets while backward runs");
+  // --no-overlap turns it off; ddp overlaps unless told (as PyTorch DDP always does).
+  opts->emplace_back("overlap",
+                     cmd->add_flag("--overlap,!--no-overlap", o->overlap,
+                                   "Reduce gradient buckets while backward runs (the default "
+                                   "under --strategy ddp; --no-overlap turns it off)"));
   num("bucket-mb", o->bucket_mb, 0.0, train::kMaxBucketMb,
       "Gradient bucket size for --overlap (fractions allowed)");
   // batch

@@ -186,6 +186,9 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
                   static_cast<long long>(was_at));
     s.notes.push_back(line);
   }
+  // ddp overlaps its bucketed all-reduce with backward unless --no-overlap says
+  // otherwise, as PyTorch DDP and the bench's ddp row do.
+  if (o.strategy == "ddp" && !given.count("overlap") && !s.resume) o.overlap = true;
   const bool zero = o.strategy.rfind("zero", 0) == 0;
   if (o.strategy == "ddp" || (zero && std::getenv("RANK") != nullptr)) {
     // ddp, or zero1/zero2/zero3 sharded over the processes of a launcher.

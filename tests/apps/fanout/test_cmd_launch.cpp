@@ -337,3 +337,25 @@ TEST_CASE("launch refuses a malformed or out-of-range number before starting any
     CHECK(!fs::exists(out));
   }
 }
+
+TEST_CASE("launch takes torchrun's spellings and --standalone; ddp overlaps unless --no-overlap") {
+  TinyRun run;
+  // As torchrun: underscores, --standalone; ddp overlaps its all-reduce by default.
+  CliResult r = run_fanout(concat({"launch", "--nproc_per_node", "2", "--standalone", "--"},
+                                  concat(run.train_args(run.dir / "a", 1), kDdp)));
+  INFO("stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(lines_with(r.out, "| ddp, loss on replicas, overlap |").size() == 1);
+  r = run_fanout(concat({"launch", "--nproc-per-node", "2", "--master_addr", "127.0.0.1", "--"},
+                        concat(run.train_args(run.dir / "b", 1), concat(kDdp, {"--no-overlap"}))));
+  INFO("stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(lines_with(r.out, "| ddp, loss on replicas |").size() == 1);
+  // --standalone is one node on a free port: it refuses what contradicts that.
+  r = run_fanout({"launch", "--standalone", "--nnodes", "2", "--", "devices"});
+  check_fails(r.rc, r.err, "--standalone runs one node; it does not combine with --nnodes 2");
+  r = run_fanout({"launch", "--standalone", "--master_port", "29500", "--", "devices"});
+  check_fails(r.rc, r.err, "--standalone picks a free port itself; drop --master-port");
+  r = run_fanout({"launch", "--nproc_per_node", "0", "--", "devices"});
+  check_fails(r.rc, r.err, "--nproc-per-node: '0' is out of range (expected 1..1024)");
+}
