@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdarg>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -14,6 +13,7 @@
 #include "apps/train/loss_functions.h"
 #include "apps/train/memory_check.h"
 #include "apps/train/optimizer.h"
+#include "apps/train/walkthrough_prose.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/flat.h"
@@ -193,18 +193,6 @@ size_t largest_device(const BenchResult& r) {
 std::string label_of(const BenchResult& r) {
   return r.mode + (r.precision == "bf16" ? " bf16" : "");
 }
-std::string cells(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string cells(const char* fmt, ...) {
-  va_list args, again;
-  va_start(args, fmt);
-  va_copy(again, args);
-  int n = std::vsnprintf(nullptr, 0, fmt, args);
-  va_end(args);
-  std::string out(static_cast<size_t>(std::max(n, 0)), '\0');
-  std::vsnprintf(out.data(), out.size() + 1, fmt, again);
-  va_end(again);
-  return out;
-}
 }  // namespace
 
 double bench_memory_ratio(const BenchResult& r, const BenchResult& base) {
@@ -214,9 +202,9 @@ double bench_memory_ratio(const BenchResult& r, const BenchResult& base) {
 }
 
 std::string bench_memory_table(const std::vector<BenchResult>& rows) {
-  std::string out = cells("%-24s %-16s", "mode", "device");
-  for (MemTag t : bench_memory_kinds()) out += cells(" %11s", mem_tag_name(t));
-  out += cells(" %11s  %s\n", "total", "vs dp-replicas");
+  std::string out = walk::strf("%-24s %-16s", "mode", "device");
+  for (MemTag t : bench_memory_kinds()) out += walk::strf(" %11s", mem_tag_name(t));
+  out += walk::strf(" %11s  %s\n", "total", "vs dp-replicas");
   std::vector<std::string> precisions;
   for (const BenchResult& r : rows) {
     if (std::find(precisions.begin(), precisions.end(), r.precision) == precisions.end())
@@ -225,22 +213,22 @@ std::string bench_memory_table(const std::vector<BenchResult>& rows) {
     const size_t top = largest_device(r);
     for (size_t i = 0; i < r.peaks.size(); ++i) {
       const DevicePeak& p = r.peaks[i];
-      out += cells("%-24s %-16s", i ? "" : label_of(r).c_str(), p.device.c_str());
-      for (MemTag t : bench_memory_kinds()) out += cells(" %11s", bytes_str(p.tag(t)).c_str());
-      out += cells(" %11s", bytes_str(p.peak_bytes).c_str());
-      if (i == top) out += base ? cells("  %.2fx", bench_memory_ratio(r, *base)) : "  -";
+      out += walk::strf("%-24s %-16s", i ? "" : label_of(r).c_str(), p.device.c_str());
+      for (MemTag t : bench_memory_kinds()) out += walk::strf(" %11s", bytes_str(p.tag(t)).c_str());
+      out += walk::strf(" %11s", bytes_str(p.peak_bytes).c_str());
+      if (i == top) out += base ? walk::strf("  %.2fx", bench_memory_ratio(r, *base)) : "  -";
       out += "\n";
     }
   }
   for (const std::string& precision : precisions) {
     const BenchResult* base = bench_memory_baseline(rows, precision);
-    out += base ? cells(
+    out += base ? walk::strf(
                       "vs dp-replicas (%s): a mode's largest device total / dp-replicas' %s "
                       "total, %s (whole weights, gradients and AdamW state)\n",
                       precision.c_str(), base->peaks[0].device.c_str(),
                       bytes_str(base->peaks[0].peak_bytes).c_str())
-                : cells("vs dp-replicas (%s): no ratio, dp-replicas did not run in %s\n",
-                        precision.c_str(), precision.c_str());
+                : walk::strf("vs dp-replicas (%s): no ratio, dp-replicas did not run in %s\n",
+                             precision.c_str(), precision.c_str());
   }
   return out;
 }
