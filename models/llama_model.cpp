@@ -128,7 +128,6 @@ LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_nam
   // than a layer's gradient exists at once. Tied, the lm_head's gradient shares
   // the embedding's buffer, which the embedding's backward adds to at the end:
   // one range.
-  // The embedding's gradient too (ops::embedding_backward_rows), when untied.
   const parallel::ParamUnit head = units_.back();
   const int64_t V = config_.vocab_size, C = config_.hidden_size;
   if (config_.tie_word_embeddings) {
@@ -155,7 +154,7 @@ LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_nam
 // their first use, not in the constructor, so that zero2/zero3 (which keep only
 // shards, engine/parallel/unit_store.h) never allocate what they replace -- under
 // --device-memory a model larger than one device must not fail before it is sharded.
-void LlamaModel::ensure_flat() {
+void LlamaModel::ensure_params() {
   const int64_t P = layout_.total();
   if (!store_weights_ && !params_.defined()) {
     params_ = Tensor::empty({P}, DType::f32, device_, MemTag::params);
@@ -186,7 +185,7 @@ void LlamaModel::set_unit_store(parallel::UnitStore* store, bool weights) {
 
 Tensor LlamaModel::params() {
   FANOUT_ASSERT(!store_weights_, "params() of a model whose weights are sharded (zero3)");
-  ensure_flat();
+  ensure_params();
   return params_;
 }
 
@@ -198,7 +197,7 @@ Tensor LlamaModel::grads() {
 
 Tensor LlamaModel::working_params() {
   FANOUT_ASSERT(!store_weights_, "working_params() of a model whose weights are sharded (zero3)");
-  ensure_flat();
+  ensure_params();
   return working_;
 }
 
@@ -254,7 +253,7 @@ void LlamaModel::release_grads(int unit, int64_t begin, int64_t end) {
 void LlamaModel::params_to_working(int64_t begin, int64_t end) {
   if (working_dtype_ == DType::f32 || end <= begin) return;
   FANOUT_ASSERT(!store_weights_, "params_to_working of a model whose weights are sharded");
-  ensure_flat();
+  ensure_params();
   ops::cast_f32_to_bf16(*stream_, working_.view(begin, {end - begin}),
                         params_.view(begin, {end - begin}), end - begin);
 }
@@ -292,7 +291,7 @@ void LlamaModel::init_random(uint64_t seed) {
 
 Tensor LlamaModel::param(const std::string& name) {
   FANOUT_CHECK(!store_weights_, "param(): the weights are sharded (zero3)");
-  ensure_flat();
+  ensure_params();
   const ParamInfo* p = layout_.find(name);
   FANOUT_CHECK(p != nullptr, "no parameter named ", name);
   return w(p->offset, p->shape);
@@ -326,7 +325,7 @@ void LlamaModel::reserve(int64_t rows, int64_t seq_len) {
 
 void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
   FANOUT_ASSERT(inputs.dtype() == DType::i32 && inputs.numel() == B * T, "inputs ", inputs.str());
-  ensure_flat();
+  ensure_params();
   reserve(B, T);
   B_ = B, T_ = T;
   inputs_ = inputs;
@@ -424,6 +423,18 @@ void LlamaModel::backward_from_logits(const Tensor& dlogits) {
   backward_hidden(arena_->dlogits_x);
 }
 
+void LlamaModel::table_grad_in_parts(
+    int unit, int64_t table, const std::function<void(const Tensor&, int64_t, int64_t)>& fn) {
+  const int64_t V = config_.vocab_size, C = config_.hidden_size, per = head_rows_per_part_;
+  for (int64_t row0 = (V - 1) / per * per; row0 >= 0; row0 -= per) {
+    const int64_t rows = std::min(per, V - row0);
+    const int64_t b = table + row0 * C, e = b + rows * C;
+    acquire_grads(unit, b, e);
+    fn(g(b, {rows, C}), row0, rows);
+    release_grads(unit, b, e);
+  }
+}
+
 void LlamaModel::backward_hidden(const Tensor& dlogits) {
   const LlamaConfig& c = config_;
   Stream& s = *stream_;
@@ -456,14 +467,9 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
     // Note [The head's gradient in parts]: d(lnf) first, then the lm_head's
     // gradient block by block from the top, each reduced as soon as it is done.
     ops::matmul_backward(s, a.dln, Tensor(), dlogits, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V);
-    const int64_t per = head_rows_per_part_;
-    for (int64_t r0 = (V - 1) / per * per; r0 >= 0; r0 -= per) {
-      const int64_t rows = std::min(per, V - r0);
-      const int64_t b = layout_.lm_head() + r0 * C, e = b + rows * C;
-      acquire_grads(head, b, e);
-      ops::matmul_backward_weight_rows(s, g(b, {rows, C}), dlogits, a.lnf, N, C, V, r0, rows);
-      release_grads(head, b, e);
-    }
+    table_grad_in_parts(head, layout_.lm_head(), [&](const Tensor& dw, int64_t row0, int64_t rows) {
+      ops::matmul_backward_weight_rows(s, dw, dlogits, a.lnf, N, C, V, row0, rows);
+    });
     acquire_grads(head, units_[head].begin, layout_.lm_head());
     zero(a.dres, N * C);
     ops::rmsnorm_backward(s, a.dres, g(layout_.final_norm(), {C}), a.dln, a.res[L],
@@ -516,14 +522,9 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
   }
   if (store_ != nullptr && !tied) {
     // Note [The head's gradient in parts], for the embedding: blocks of rows from the top.
-    const int64_t per = head_rows_per_part_;
-    for (int64_t r0 = (V - 1) / per * per; r0 >= 0; r0 -= per) {
-      const int64_t rows = std::min(per, V - r0);
-      const int64_t b = layout_.embed() + r0 * C, e = b + rows * C;
-      acquire_grads(0, b, e);
-      ops::embedding_backward_rows(s, g(b, {rows, C}), a.dres, inputs_, N, C, V, r0, rows);
-      release_grads(0, b, e);
-    }
+    table_grad_in_parts(0, layout_.embed(), [&](const Tensor& dw, int64_t row0, int64_t rows) {
+      ops::embedding_backward_rows(s, dw, a.dres, inputs_, N, C, V, row0, rows);
+    });
     return;
   }
   if (!tied) acquire_grads(0);

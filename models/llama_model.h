@@ -5,6 +5,7 @@
 // by op. It is the engine's Replica: DataParallel drives copies of it.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,9 +73,15 @@ class LlamaModel final : public parallel::Replica {
   struct Arena;
   void forward_hidden(const Tensor& inputs, int64_t B, int64_t T);  // up to logits
   void backward_hidden(const Tensor& dlogits);                      // from dlogits down
-  // The flat buffers that no unit store replaces, allocated on first use.
-  void ensure_flat();
+  // The flat weights (unless zero3's store holds them) and gradients (unless a
+  // store holds them), allocated at first use (Note [Lazy flat buffers]).
+  void ensure_params();
   void ensure_grads();
+  // Note [The head's gradient in parts]: fn(dw, row0, rows) for each block of
+  // rows of the (vocab, hidden) table at flat offset `table`, from the top, each
+  // block's gradient acquired before and released (reduced) after.
+  void table_grad_in_parts(int unit, int64_t table,
+                           const std::function<void(const Tensor&, int64_t, int64_t)>& fn);
   // Working weights (what forward and backward read) and f32 gradients: views of
   // the flat buffers, or of the unit's buffers under a unit store.
   Tensor w(int64_t offset, Shape shape) const;

@@ -249,12 +249,7 @@ void DataParallel::shard_all_gather(const std::vector<Tensor>& bufs,
   if (!unit_shards_) return gather(bounds_, 0, bounds_.back());
   for (size_t u = 0; u < unit_shards_->units().size(); ++u) {
     const ParamUnit& unit = unit_shards_->units()[u];
-    const std::vector<int64_t>& b = unit_shards_->bounds(static_cast<int>(u));
-    if (options_.process_group) {
-      gather(b, unit.begin, unit.end);
-    } else {  // this process's replicas are ranks 0..n-1
-      gather(std::vector<int64_t>(b.begin(), b.begin() + size() + 1), unit.begin, unit.end);
-    }
+    gather(unit_shards_->bounds(static_cast<int>(u)), unit.begin, unit.end);
   }
 }
 
@@ -306,7 +301,7 @@ void DataParallel::run_guarded(const std::vector<int>& which, const std::functio
       fn(r);
     } catch (const StepAborted&) {
       // Stopped because another replica failed: that failure is the one reported.
-      recover_pending_ = true;
+      replica_stopped_ = true;
     } catch (...) {
       // zero2/zero3: the others must not wait for this replica's gradients.
       if (store_) store_->abort();
@@ -348,18 +343,13 @@ LossStats DataParallel::forward_backward(const HostBatch& batch, int32_t ignore_
   try {
     replicate();
     bool bucketed = buckets_ && last;
-    if (store_) {  // zero2/zero3: every micro-batch's units are reduced into the shards
-      std::vector<bool> active;
-      std::vector<Stream*> comm;
-      for (int r = 0; r < size(); ++r)
-        active.push_back(rows[r] > 0), comm.push_back(slots_[r]->comm.get());
-      store_->begin_backward(active, comm);
-    }
+    std::vector<bool> active;
+    std::vector<Stream*> comm;
+    for (int r = 0; r < size(); ++r)
+      active.push_back(rows[r] > 0), comm.push_back(slots_[r]->comm.get());
+    // zero2/zero3: every micro-batch's units are reduced into the shards
+    if (store_) store_->begin_backward(active, comm);
     if (bucketed) {
-      std::vector<bool> active;
-      std::vector<Stream*> comm;
-      for (int r = 0; r < size(); ++r)
-        active.push_back(rows[r] > 0), comm.push_back(slots_[r]->comm.get());
       auto grads = grad_buffers();
       buckets_->begin(active, compute_streams(), comm, [this, grads, comm](int64_t b, int64_t e) {
         if (options_.strategy == Strategy::zero1) {
@@ -371,12 +361,12 @@ LossStats DataParallel::forward_backward(const HostBatch& batch, int32_t ignore_
         }
       });
     }
-    recover_pending_ = false;
+    replica_stopped_ = false;
     LossStats stats = options_.loss_on == LossOn::replicas
                           ? step_on_replicas(batch, rows, ignore_index, normalizer, last)
                           : step_faithful(batch, rows, ignore_index, normalizer, last);
     // A replica that was stopped cannot have returned without another one failing.
-    FANOUT_ASSERT(!recover_pending_, "a replica was stopped but none failed");
+    FANOUT_ASSERT(!replica_stopped_, "a replica was stopped but none failed");
     if (bucketed) {
       FANOUT_ASSERT(buckets_->all_launched(), "a gradient bucket was never reduced");
       buckets_->disarm();

@@ -221,7 +221,7 @@ class DataParallel {
   enum class Sync { none, working, master, shards };
   Sync sync_ = Sync::master;
   bool reduced_by_buckets_ = false;
-  std::atomic<bool> recover_pending_{false};  // a replica was stopped by another's failure
+  std::atomic<bool> replica_stopped_{false};  // a replica was stopped by another's failure
   PhaseTimes times_;
   int64_t total_bytes() const;  // every counter, since construction
   int64_t bytes_base_ = 0, replicate_bytes_ = 0, weight_base_ = 0;

@@ -237,13 +237,18 @@ class GlooGroup final : public ProcessGroup {
   int right() const { return (rank() + 1) % world(); }
   int left() const { return (rank() + world() - 1) % world(); }
   int piece(int64_t k) const { return static_cast<int>(((k % world()) + world()) % world()); }
+  // Elements of the largest piece (what a rank receives at most per ring step).
+  int64_t largest_piece(const std::vector<int64_t>& at) const {
+    int64_t largest = 0;
+    for (int q = 0; q < world(); ++q) largest = std::max(largest, at[q + 1] - at[q]);
+    return largest;
+  }
 
   // f32 sums (Note [Gloo rings over uneven pieces]): the partial sums travel in
   // `buf` itself; each step's arrival lands in stage_ and is added into buf. bytes_sent_
   // counts the pieces sent: the range less this rank's own piece, 4 bytes an element.
   void ring_reduce_scatter(float* p, const std::vector<int64_t>& at) {
-    int64_t base = at.front(), largest = 0;
-    for (int q = 0; q < world(); ++q) largest = std::max(largest, at[q + 1] - at[q]);
+    const int64_t base = at.front(), largest = largest_piece(at);
     if (world() == 1 || largest == 0) return;
     stage_.resize(static_cast<size_t>(largest));
     auto data = context_->createUnboundBuffer(p + base, (at.back() - base) * sizeof(float));
@@ -264,8 +269,7 @@ class GlooGroup final : public ProcessGroup {
   // in fp32 and rounds; the owner adds the arrival to its own values in fp32.
   // bytes_sent_ counts the pieces sent: the range less this rank's own piece, 2 bytes an element.
   void ring_reduce_scatter_bf16(float* p, const std::vector<int64_t>& at) {
-    int64_t largest = 0;
-    for (int q = 0; q < world(); ++q) largest = std::max(largest, at[q + 1] - at[q]);
+    const int64_t largest = largest_piece(at);
     if (world() == 1 || largest == 0) return;
     wire_.resize(2 * static_cast<size_t>(largest));
     uint16_t* out = wire_.data();

@@ -99,9 +99,10 @@ ShardedStorage::ShardedStorage(const std::vector<Replica*>& replicas, const Unit
   FANOUT_ASSERT(options_.max_units >= 2, "sharded storage needs room for 2 units per replica");
   const int n = static_cast<int>(replicas_.size());
   FANOUT_ASSERT(rank0_ + n <= shards_.ranks(), "more replicas than shards");
-  ranges_ = replicas_[0]->grad_ranges();
+  FANOUT_ASSERT(group_ != nullptr || shards_.ranks() == n,
+                "in one process every rank is a replica");
   std::vector<int64_t> cuts{0};
-  for (const ParamUnit& r : ranges_) {
+  for (const ParamUnit& r : replicas_[0]->grad_ranges()) {
     FANOUT_ASSERT(r.begin == cuts.back() && r.end > r.begin,
                   "gradient ranges must tile the layout");
     cuts.push_back(r.end);
@@ -326,9 +327,8 @@ void ShardedStorage::reduce(int64_t begin, int64_t end) {
   const std::vector<int64_t>& ub = shards_.bounds(unit);
   std::vector<int64_t> rb(ub.size());
   for (size_t r = 0; r < ub.size(); ++r) rb[r] = std::clamp(ub[r], begin, end) - begin;
-  if (group_ == nullptr) {
-    std::vector<int64_t> local(rb.begin() + rank0_, rb.begin() + rank0_ + n + 1);
-    local_->reduce_scatter(bufs, comm_, local, 0, len);
+  if (group_ == nullptr) {  // this process's replicas are all the ranks
+    local_->reduce_scatter(bufs, comm_, rb, 0, len);
   } else {
     group_->reduce_scatter(bufs[0], rb, 0, len, *comm_[0]);
   }

@@ -54,7 +54,7 @@ class UnitShards {
   std::vector<int64_t> size_;
 };
 
-// A thrown at a replica that waited for room while another replica failed the
+// Thrown at a replica that waited for room while another replica failed the
 // step: the other failure is the one to report.
 class StepAborted : public Error {
  public:
@@ -129,7 +129,6 @@ class ShardedStorage {
   Options options_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<std::unique_ptr<View>> views_;
-  std::vector<ParamUnit> ranges_;  // the replicas' grad_ranges()
   std::unique_ptr<GradBuckets> buckets_;
   std::vector<Stream*> comm_;  // of the current backward
   std::vector<bool> active_;
