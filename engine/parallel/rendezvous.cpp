@@ -64,17 +64,34 @@ Read read_frame(int fd, wire::Frame& f, Clock::time_point deadline, std::string&
 
 // --- the client (every rank) ------------------------------------------------
 
-Rendezvous::Rendezvous(const std::string& addr, int port, int rank, int world,
-                       std::chrono::milliseconds timeout)
-    : rank_(rank), world_(world), timeout_(timeout) {
-  FANOUT_CHECK(world > 0 && rank >= 0 && rank < world, "RANK ", rank, " does not fit WORLD_SIZE ",
-               world);
-  FANOUT_CHECK(port > 0 && port < 65536, "MASTER_PORT ", port, " is not a port number");
-  if (rank == 0) server_ = std::make_unique<RendezvousServer>(addr, port, world);
-  connect_and_hello(addr, port);
+Rendezvous::Rendezvous(const RendezvousOptions& o)
+    : Rendezvous(o, o.rank == 0 && o.world > 0 ? serve(o) : nullptr) {}
+
+Rendezvous::Rendezvous(const RendezvousOptions& o, std::unique_ptr<RendezvousServer> server)
+    : rank_(o.rank), world_(o.world), timeout_(o.timeout), server_(std::move(server)) {
+  FANOUT_CHECK(o.world > 0 && o.rank >= 0 && o.rank < o.world, "RANK ", o.rank,
+               " does not fit WORLD_SIZE ", o.world);
+  FANOUT_CHECK(o.port > 0 && o.port < 65536, "MASTER_PORT ", o.port, " is not a port number");
+  FANOUT_CHECK(o.rank != 0 || server_, "rank 0 needs the rendezvous server");
+  connect_and_hello(o.addr, o.port, o.secret, o.job);
 }
 
-void Rendezvous::connect_and_hello(const std::string& addr, int port) {
+Rendezvous::Rendezvous(const std::string& addr, int port, int rank, int world,
+                       std::chrono::milliseconds timeout)
+    : Rendezvous(RendezvousOptions{addr, port, rank, world, timeout, "", ""}) {}
+
+std::unique_ptr<RendezvousServer> Rendezvous::serve(const RendezvousOptions& o) {
+  FANOUT_CHECK(o.world > 0, "WORLD_SIZE ", o.world, " is not a world size");
+  FANOUT_CHECK(o.port >= 0 && o.port < 65536, "MASTER_PORT ", o.port, " is not a port number");
+  FANOUT_CHECK(o.secret.size() <= wire::kMaxSecret && o.secret.find('\n') == std::string::npos,
+               "the job secret must be one line of at most ", wire::kMaxSecret, " bytes");
+  FANOUT_CHECK(o.job.size() <= wire::kMaxJob && o.job.find('\n') == std::string::npos,
+               "the job description must be one line of at most ", wire::kMaxJob, " bytes");
+  return std::make_unique<RendezvousServer>(o.addr, o.port, o.world, o.secret, o.job);
+}
+
+void Rendezvous::connect_and_hello(const std::string& addr, int port, const std::string& secret,
+                                   const std::string& job) {
   sockaddr_in sa = wire::resolve_master(addr, port);
   std::string where = addr + ":" + std::to_string(port);
   double seconds = timeout_.count() / 1000.0;
@@ -97,7 +114,7 @@ void Rendezvous::connect_and_hello(const std::string& addr, int port) {
                static_cast<suseconds_t>(timeout_.count() % 1000 * 1000)};
     setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     auto hello = wire::frame_encode(wire::kHello, std::to_string(rank_),
-                                    wire::bytes_of(std::to_string(world_)));
+                                    wire::hello_value(world_, job, secret));
     wire::Frame f;
     std::string why;
     Read r = write_all(fd_, hello.data(), hello.size()) ? read_frame(fd_, f, deadline, why)

@@ -6,7 +6,8 @@
 // notices a rank whose connection drops, so a failure can name the dead rank.
 // Data never flows through it: collectives go through Gloo or NCCL.
 // Anything may connect to the port: the server (rendezvous_server.h) serves only
-// connections that said a valid hello, and the client bounds what it accepts.
+// connections whose hello carries the job's secret and world description, and
+// the client bounds what it accepts.
 
 #include <chrono>
 #include <cstdint>
@@ -19,15 +20,34 @@ namespace fanout::parallel {
 
 class RendezvousServer;
 
+struct RendezvousOptions {
+  std::string addr;  // the master's address (MASTER_ADDR)
+  int port = 0;      // its port (MASTER_PORT); 0 only for serve(): a free port
+  int rank = 0, world = 1;
+  std::chrono::milliseconds timeout{300000};
+  // Every hello must carry the same secret (fanout launch generates one; the
+  // other launchers' come from their environment) and the same description of
+  // the job (launcher, job id, world size); "" is a value like any other.
+  std::string secret, job;
+};
+
 class Rendezvous {
  public:
   // Rank 0 binds addr:port (an error if it is in use) and serves; every rank
-  // connects, retrying until `timeout`, and says hello; the master answers it
-  // (or refuses it: the rank is taken, the world size differs). Throws
-  // fanout::Error naming the problem.
+  // connects, retrying until the timeout, and says hello; the master answers it
+  // (or refuses it: a wrong secret or job, the rank is taken, the world size
+  // differs). Throws fanout::Error naming the problem.
+  explicit Rendezvous(const RendezvousOptions& options);
+  // Rank 0 with a server started beforehand by serve() (to publish its port elsewhere first).
+  Rendezvous(const RendezvousOptions& options, std::unique_ptr<RendezvousServer> server);
+  // No secret and no job description: for tests and worlds the caller trusts.
   Rendezvous(const std::string& addr, int port, int rank, int world,
              std::chrono::milliseconds timeout);
   ~Rendezvous();
+
+  // The server rank 0 runs, bound to options.addr:options.port (0: a free port;
+  // RendezvousServer::port() tells which).
+  static std::unique_ptr<RendezvousServer> serve(const RendezvousOptions& options);
   Rendezvous(const Rendezvous&) = delete;
   Rendezvous& operator=(const Rendezvous&) = delete;
 
@@ -45,7 +65,8 @@ class Rendezvous {
   std::string describe_failure();
 
  private:
-  void connect_and_hello(const std::string& addr, int port);
+  void connect_and_hello(const std::string& addr, int port, const std::string& secret,
+                         const std::string& job);
   void send_request(char type, const std::string& key, const std::vector<char>& value);
   // The value of the master's next reply; fanout::Error on a timeout, a closed
   // connection, a refusal or anything that is not a well-formed, bounded reply.

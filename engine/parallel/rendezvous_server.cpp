@@ -18,7 +18,9 @@ namespace fanout::parallel {
 
 // Note [Rendezvous connection states]
 // A connection is unregistered until its first frame, which must be a hello
-// naming a rank in [0, world) and the same world size; then it is that rank.
+// carrying the job's secret, then the same job description and world size, and
+// naming a rank in [0, world); then it is that rank. A wrong secret is refused
+// before anything else is looked at, so a stranger learns nothing about the job.
 //   unregistered: only a small 'H' frame is read; anything else, a bad hello,
 //     or a hello for a rank that is taken (see below) drops it. Its closing
 //     never marks anyone dead. At most kMaxUnregistered exist (the oldest goes
@@ -34,7 +36,7 @@ namespace fanout::parallel {
 // for R takes the place back and clears R's death.
 namespace {
 using wire::Limits;
-constexpr Limits kHelloLimits{"H", wire::kMaxHelloField, wire::kMaxHelloField};
+constexpr Limits kHelloLimits{"H", wire::kMaxHelloField, wire::kMaxHelloValue};
 constexpr Limits kRankLimits{"HSGDB", wire::kMaxKey, wire::kMaxValue};
 constexpr Limits kAfterBye{"", 0, 0};
 constexpr size_t kMaxUnregistered = 64;
@@ -52,8 +54,12 @@ std::string peer_of(const sockaddr_in& sa) {
 }
 }  // namespace
 
-RendezvousServer::RendezvousServer(const std::string& addr, int port, int world)
-    : world_(world), slots_(static_cast<size_t>(world)) {
+RendezvousServer::RendezvousServer(const std::string& addr, int port, int world, std::string secret,
+                                   std::string job)
+    : world_(world),
+      secret_(std::move(secret)),
+      job_(std::move(job)),
+      slots_(static_cast<size_t>(world)) {
   sockaddr_in sa = wire::resolve_master(addr, port);
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   FANOUT_CHECK(listen_fd_ >= 0, "cannot create a socket: ", std::strerror(errno));
@@ -68,6 +74,9 @@ RendezvousServer::RendezvousServer(const std::string& addr, int port, int world)
         err == EADDRINUSE ? "the port is already in use (choose another --master-port)"
                           : std::strerror(err)));
   }
+  socklen_t len = sizeof sa;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+  port_ = ntohs(sa.sin_port);
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -201,12 +210,22 @@ void RendezvousServer::handle(int fd, Conn& c, wire::Frame& f) {
 }
 
 void RendezvousServer::hello(int fd, Conn& c, const wire::Frame& f) {
+  auto value = wire::parse_hello_value(std::string_view(f.value.data(), f.value.size()));
+  if (!value) return drop(c, "a malformed hello");
+  if (!wire::same_secret(value->secret, secret_)) {
+    send(fd, c, wire::kRefused, wire::bytes_of("wrong job secret"));
+    return drop(c, value->secret.empty() ? "its hello carries no job secret"
+                                         : "its hello carries a wrong job secret");
+  }
   auto rank = wire::parse_int(f.key, 0, world_ - 1);
-  auto world = wire::parse_int(std::string_view(f.value.data(), f.value.size()), 1, 1 << 30);
+  auto world = wire::parse_int(value->world, 1, 1 << 30);
   std::string refusal;
   if (!rank || !world) {
     return drop(c, "a malformed hello (rank '" + wire::printable(f.key) + "', world size '" +
-                       wire::printable({f.value.data(), f.value.size()}) + "')");
+                       wire::printable(value->world) + "')");
+  } else if (value->job != job_) {
+    refusal = "it belongs to job '" + wire::printable(value->job) + "', the master to '" +
+              wire::printable(job_) + "'";
   } else if (*world != world_) {
     refusal = "WORLD_SIZE is " + std::to_string(*world) + " there but " + std::to_string(world_) +
               " on the master";

@@ -5,8 +5,9 @@
 // mislead it: bad frames drop that connection only (one warning line on
 // stderr), only connections that said a valid hello may use the store, and
 // only their disconnection can make a rank count as dead.
-// Internal to engine/parallel; the job secret that keeps strangers out entirely
-// is not here yet.
+// A hello must carry the job's secret (compared in constant time) and its
+// description; a stranger without them learns nothing and holds nothing.
+// Internal to engine/parallel.
 
 #include <atomic>
 #include <chrono>
@@ -22,12 +23,17 @@ namespace fanout::parallel {
 
 class RendezvousServer {
  public:
-  // Binds addr:port (a fanout::Error naming the problem if it cannot) and serves
-  // a job of `world` ranks until destroyed.
-  RendezvousServer(const std::string& addr, int port, int world);
+  // Binds addr:port (0: a free port; a fanout::Error naming the problem if it
+  // cannot) and serves a job of `world` ranks whose hellos carry `secret` and
+  // `job`, until destroyed.
+  RendezvousServer(const std::string& addr, int port, int world, std::string secret,
+                   std::string job);
   ~RendezvousServer();
   RendezvousServer(const RendezvousServer&) = delete;
   RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  // The port it listens on.
+  int port() const { return port_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -69,7 +75,8 @@ class RendezvousServer {
   void publish();
 
   int world_;
-  int listen_fd_ = -1;
+  std::string secret_, job_;
+  int listen_fd_ = -1, port_ = 0;
   std::map<int, Conn> conns_;
   std::vector<Slot> slots_;
   std::map<std::string, std::vector<char>> store_;

@@ -86,6 +86,30 @@ FrameReader::Status FrameReader::next(Frame& out) {
   return Status::kNeedMore;
 }
 
+std::vector<char> hello_value(int world, std::string_view job, std::string_view secret) {
+  return bytes_of(std::to_string(world) + "\n" + std::string(job) + "\n" + std::string(secret));
+}
+
+std::optional<HelloValue> parse_hello_value(std::string_view value) {
+  size_t a = value.find('\n');
+  if (a == std::string_view::npos) return std::nullopt;
+  size_t b = value.find('\n', a + 1);
+  if (b == std::string_view::npos) return std::nullopt;
+  HelloValue h{std::string(value.substr(0, a)), std::string(value.substr(a + 1, b - a - 1)),
+               std::string(value.substr(b + 1))};
+  if (h.world.size() > kMaxHelloField || h.job.size() > kMaxJob || h.secret.size() > kMaxSecret ||
+      h.secret.find('\n') != std::string::npos)
+    return std::nullopt;
+  return h;
+}
+
+bool same_secret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 std::optional<int64_t> parse_int(std::string_view s, int64_t lo, int64_t hi) {
   if (s.empty() || s.size() > 19) return std::nullopt;
   for (char c : s)

@@ -17,7 +17,8 @@
 
 namespace fanout::parallel::wire {
 
-// Requests: 'H' hello (key = rank, value = world size; answered 'R' or 'E'),
+// Requests: 'H' hello (key = rank, value = hello_value(): world size, job and
+// secret; answered 'R' or 'E'),
 // 'S' set, 'G' get (answered once the key exists), 'D' dead ranks (answered at
 // once), 'B' bye. Replies: 'R' (value = the answer), 'E' (value = why the
 // master refused this connection; it closes it next).
@@ -27,8 +28,11 @@ constexpr char kReply = 'R', kRefused = 'E';
 // Gloo's addresses (about 100 bytes per peer) and NCCL's 128-byte id are far below these.
 constexpr size_t kMaxKey = 4096;
 constexpr size_t kMaxValue = size_t{64} << 20;
-// A hello's key and value are decimal ints; a refusal is one short sentence.
+// A hello's key is a decimal int and its value three short lines; a refusal is
+// one short sentence.
 constexpr size_t kMaxHelloField = 32;
+constexpr size_t kMaxHelloValue = 1024;
+constexpr size_t kMaxSecret = 256, kMaxJob = 256;
 constexpr size_t kMaxRefusal = 1024;
 
 struct Frame {
@@ -74,6 +78,16 @@ class FrameReader {
   size_t at_ = 0;  // start of the first unparsed byte in buf_
   std::string error_;
 };
+
+// A hello's value: "<world>\n<job>\n<secret>". parse_hello_value splits one;
+// nullopt unless it has exactly three fields within the limits.
+struct HelloValue {
+  std::string world, job, secret;
+};
+std::vector<char> hello_value(int world, std::string_view job, std::string_view secret);
+std::optional<HelloValue> parse_hello_value(std::string_view value);
+// Equal strings, in time that depends on the lengths only (a secret's bytes are not probed).
+bool same_secret(std::string_view a, std::string_view b);
 
 // Whole string, decimal, no sign or spaces, value in [lo, hi]; nullopt otherwise.
 std::optional<int64_t> parse_int(std::string_view s, int64_t lo, int64_t hi);

@@ -70,6 +70,15 @@ std::string ack() {
   return frame('R', "");
 }
 
+std::string hello(const std::string& rank, const std::string& world, const std::string& secret,
+                  const std::string& job) {
+  return frame('H', rank, world + "\n" + job + "\n" + secret);
+}
+
+parallel::RendezvousOptions job_options(int port, int rank, int world) {
+  return {"127.0.0.1", port, rank, world, kTimeout, kSecret, kJobName};
+}
+
 // --- Job -------------------------------------------------------------------------
 
 Job::Job(int world_size, int joined) : port(free_port()), world(world_size) {
@@ -82,7 +91,7 @@ Job::~Job() {
 
 void Job::join(int rank) {
   REQUIRE(static_cast<int>(ranks.size()) == rank);
-  ranks.push_back(std::make_unique<parallel::Rendezvous>("127.0.0.1", port, rank, world, kTimeout));
+  ranks.push_back(std::make_unique<parallel::Rendezvous>(job_options(port, rank, world)));
 }
 
 void Job::publish() {

@@ -27,6 +27,15 @@ std::string frame(char type, const std::string& key, const std::string& value = 
 // The master's answer to an accepted hello.
 std::string ack();
 
+// Every Job's secret and description.
+inline const std::string kSecret = "0123456789abcdef-test-secret";
+inline const std::string kJobName = "test-job";
+// A hello as a real rank sends it: key = rank, value = "<world>\n<job>\n<secret>".
+std::string hello(const std::string& rank, const std::string& world,
+                  const std::string& secret = kSecret, const std::string& job = kJobName);
+// The options of rank `rank` of a `world`-rank Job on `port`.
+parallel::RendezvousOptions job_options(int port, int rank, int world);
+
 // Ranks 0..joined-1 of a `world`-rank job (rank 0 serves); more join later.
 // Ranks are destroyed from the highest to rank 0, as a real job ends.
 struct Job {

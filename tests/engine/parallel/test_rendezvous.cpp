@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <random>
+#include <tuple>
 
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/engine/parallel/rendezvous_test_util.h"
@@ -75,7 +76,7 @@ TEST_CASE("rendezvous: wrapping length fields drop only the stranger's connectio
   check_dropped(std::string("H") + u32_be(0xFFFFFFF8u) + std::string(12, 'x'),
                 "before its hello: a key of 4294967288 bytes (at most 32)");
   check_dropped(std::string("H") + u32_be(1) + "1" + u32_be(0xFFFFFFFFu) + "3",
-                "before its hello: a value of 4294967295 bytes (at most 32)");
+                "before its hello: a value of 4294967295 bytes (at most 1024)");
 }
 
 TEST_CASE("rendezvous: a huge length is refused before its payload arrives") {
@@ -102,15 +103,47 @@ TEST_CASE("rendezvous: a hello that is not a rank in range is refused") {
                                                                                     {"1", ""}}) {
     CAPTURE(rank);
     CAPTURE(world);
-    check_dropped(frame('H', rank, world), "a malformed hello");
+    check_dropped(hello(rank, world), "a malformed hello");
+  }
+}
+
+TEST_CASE("rendezvous: a hello without the job's secret is refused, and learns nothing") {
+  // An old-style hello (no job, no secret), no secret, a wrong one, one a byte
+  // short or long; the secret is checked before the rank, world and job, so the
+  // answer never depends on them.
+  check_dropped(frame('H', "1", "3"), "a malformed hello");
+  for (const auto& [secret, why] : std::vector<std::pair<std::string, std::string>>{
+           {"", "its hello carries no job secret"},
+           {"guess", "its hello carries a wrong job secret"},
+           {kSecret.substr(1), "its hello carries a wrong job secret"},
+           {kSecret + "0", "its hello carries a wrong job secret"}}) {
+    for (const auto& [rank, world, job] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"1", "3", kJobName}, {"2", "5", "other"}, {"7", "3", kJobName}}) {
+      CAPTURE(secret);
+      CAPTURE(rank);
+      StderrCapture err;
+      Job j(3, 3);
+      j.publish();
+      Stranger s(j.port);
+      s.send(hello(rank, world, secret, job));
+      bool closed = false;
+      std::string got = s.read_until_closed(2.0, closed);
+      CHECK(closed);
+      CHECK(got == frame('E', "", "wrong job secret"));
+      j.check_intact("after");
+      std::string text = err.text();
+      CHECK(count_lines(text, kWarning) == 1);
+      CHECK(count_lines(text, why) == 1);
+    }
   }
 }
 
 TEST_CASE("rendezvous: an overflowing hello is refused") {
   // std::stoi threw std::out_of_range here, in the server thread: SIGABRT.
-  check_dropped(frame('H', "99999999999999999999", "3"), "a malformed hello");
-  check_dropped(frame('H', "1", "99999999999999999999"), "a malformed hello");
-  check_dropped(frame('H', "9223372036854775808", "3"), "a malformed hello");
+  check_dropped(hello("99999999999999999999", "3"), "a malformed hello");
+  check_dropped(hello("1", "99999999999999999999"), "a malformed hello");
+  check_dropped(hello("9223372036854775808", "3"), "a malformed hello");
 }
 
 TEST_CASE("rendezvous: a request before the hello reads and writes nothing") {
@@ -125,7 +158,7 @@ TEST_CASE("rendezvous: a hello for a connected rank is refused and that rank kee
   Job job(3, 3);
   job.publish();
   Stranger s(job.port);
-  s.send(frame('H', "1", "3"));
+  s.send(hello("1", "3"));
   bool closed = false;
   std::string got = s.read_until_closed(2.0, closed);
   CHECK(closed);
@@ -145,16 +178,23 @@ TEST_CASE("rendezvous: a hello for a connected rank is refused and that rank kee
 TEST_CASE("rendezvous: a real rank that is refused says why") {
   StderrCapture err;
   Job job(3, 3);
-  std::string dup = test::error_of([&] {
-    parallel::Rendezvous again("127.0.0.1", job.port, 1, 3, std::chrono::milliseconds(2000));
-  });
+  std::string dup =
+      test::error_of([&] { parallel::Rendezvous again(job_options(job.port, 1, 3)); });
   CHECK(dup.find("rank 1: the master at 127.0.0.1:") != std::string::npos);
   CHECK(dup.find("refused this rank: rank 1 is already connected") != std::string::npos);
-  std::string world = test::error_of([&] {
-    parallel::Rendezvous other("127.0.0.1", job.port, 1, 2, std::chrono::milliseconds(2000));
-  });
+  std::string world =
+      test::error_of([&] { parallel::Rendezvous other(job_options(job.port, 1, 2)); });
   CHECK(world.find("refused this rank: WORLD_SIZE is 2 there but 3 on the master") !=
         std::string::npos);
+  auto stray = job_options(job.port, 1, 3);
+  stray.job = "another-job";
+  std::string other_job = test::error_of([&] { parallel::Rendezvous other(stray); });
+  CHECK(other_job.find("refused this rank: it belongs to job 'another-job', the master to "
+                       "'test-job'") != std::string::npos);
+  stray = job_options(job.port, 1, 3);
+  stray.secret = "not the secret";
+  std::string wrong = test::error_of([&] { parallel::Rendezvous other(stray); });
+  CHECK(wrong.find("refused this rank: wrong job secret") != std::string::npos);
   job.publish();
   job.check_intact("after");
 }
@@ -180,9 +220,9 @@ TEST_CASE("rendezvous: a second hello on one connection drops it") {
   StderrCapture err;
   Job job(3, 2);
   Stranger s(job.port);
-  s.send(frame('H', "2", "3"));
+  s.send(hello("2", "3"));
   CHECK(s.read_n(9) == ack());
-  s.send(frame('H', "2", "3"));
+  s.send(hello("2", "3"));
   bool closed = false;
   s.read_until_closed(2.0, closed);
   CHECK(closed);
@@ -201,7 +241,7 @@ TEST_CASE("rendezvous: a fake hello for a rank not yet connected, then a disconn
   job[0].set("key/0", {'v'});
   {
     Stranger s(job.port);
-    s.send(frame('H', "2", "3"));
+    s.send(hello("2", "3"));
     CHECK(s.read_n(9) == ack());
   }
   // The master took the stranger for rank 2 and saw it vanish ...
@@ -256,7 +296,7 @@ TEST_CASE("rendezvous: a registered rank's disconnection without a bye is report
   SUBCASE("without a bye: dead") {
     Job job(3, 2);
     Stranger rank2(job.port);  // on the wire, exactly what a real rank 2 does
-    rank2.send(frame('H', "2", "3") + frame('S', "key/2", "x"));
+    rank2.send(hello("2", "3") + frame('S', "key/2", "x"));
     CHECK(rank2.read_n(9) == ack());
     CHECK(job[0].get("key/2") == std::vector<char>{'x'});
     rank2.close();  // killed
@@ -266,7 +306,7 @@ TEST_CASE("rendezvous: a registered rank's disconnection without a bye is report
     // It had used the store: nobody may take its place and clear its death.
     StderrCapture err;
     Stranger impostor(job.port);
-    impostor.send(frame('H', "2", "3"));
+    impostor.send(hello("2", "3"));
     bool closed = false;
     std::string got = impostor.read_until_closed(2.0, closed);
     CHECK(closed);
@@ -276,7 +316,7 @@ TEST_CASE("rendezvous: a registered rank's disconnection without a bye is report
   SUBCASE("with a bye: not dead") {
     Job job(3, 2);
     Stranger rank2(job.port);
-    rank2.send(frame('H', "2", "3") + frame('B', ""));
+    rank2.send(hello("2", "3") + frame('B', ""));
     CHECK(rank2.read_n(9) == ack());
     rank2.close();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
