@@ -1,26 +1,67 @@
 #include "apps/train/ddp_env.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <random>
 
 #include "engine/core/check.h"
+#include "engine/parallel/rendezvous_server.h"
+#include "engine/parallel/rendezvous_wire.h"
+#include "engine/parallel/torch_store.h"
 
 namespace fanout::train {
 
+// Note [Rendezvous under torchrun's static launch]
+// torchrun's default (static) rendezvous keeps its own TCPStore on MASTER_PORT
+// and tells the workers so (TORCHELASTIC_USE_AGENT_STORE=True): rank 0 cannot
+// listen there. It serves on a free port of MASTER_ADDR instead and publishes
+// "addr:port" and a random secret in torchrun's store under a key of this run
+// and restart ("fanout/<run id>/<restart>/rendezvous" and ".../secret"); the
+// other ranks wait for them there and connect. Under c10d rendezvous
+// (TORCHELASTIC_USE_AGENT_STORE=False) MASTER_PORT is free and the usual path runs.
+
 namespace {
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  FANOUT_CHECK(v != nullptr, "--strategy ddp needs the environment variable ", name,
-               " (start it with fanout launch, torchrun or an MPI/Slurm wrapper)");
-  try {
-    size_t used = 0;
-    int x = std::stoi(v, &used);
-    FANOUT_CHECK(used == std::string(v).size() && x >= 0, "bad ", name, "='", v, "'");
-    return x;
-  } catch (const Error&) {
-    throw;
-  } catch (...) {
-    detail::throw_error(detail::str_cat("bad ", name, "='", v, "'"));
+// 16 random bytes as hex: the secret of a static torchrun rendezvous.
+std::string random_secret() {
+  std::random_device rd;
+  std::string out;
+  const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    unsigned v = rd() & 0xff;
+    out += hex[v >> 4];
+    out += hex[v & 15];
   }
+  return out;
+}
+
+std::unique_ptr<parallel::Rendezvous> rendezvous_through_torch_store(
+    const DdpEnv& env, parallel::RendezvousOptions o) {
+  parallel::TorchStore store(env.master_addr, env.master_port, o.timeout);
+  const std::string at = env.torch_store_key + "/rendezvous",
+                    secret = env.torch_store_key + "/secret";
+  if (env.rank == 0) {
+    if (o.secret.empty()) o.secret = random_secret();
+    o.port = 0;
+    auto server = parallel::Rendezvous::serve(o);
+    o.port = server->port();
+    store.set(secret, o.secret);  // first: a rank that sees the address finds the secret
+    store.set(at, o.addr + ":" + std::to_string(o.port));
+    return std::make_unique<parallel::Rendezvous>(o, std::move(server));
+  }
+  std::string where = store.get(at);
+  size_t colon = where.rfind(':');
+  int port = 0;
+  try {
+    port = colon == std::string::npos ? 0 : std::stoi(where.substr(colon + 1));
+  } catch (...) {
+  }
+  FANOUT_CHECK(colon != std::string::npos && colon > 0 && port > 0 && port < 65536,
+               "torchrun's store holds '", parallel::wire::printable(where), "' under '", at,
+               "', not the rendezvous' addr:port");
+  o.addr = where.substr(0, colon);
+  o.port = port;
+  if (o.secret.empty()) o.secret = store.get(secret);
+  return std::make_unique<parallel::Rendezvous>(o);
 }
 }  // namespace
 
@@ -32,22 +73,15 @@ std::pair<int64_t, int64_t> DdpEnv::rows_of(int64_t rows) const {
   return {first, count};
 }
 
-DdpEnv ddp_env_from_environment() {
+DdpEnv ddp_env_from(const EnvLookup& get) {
   DdpEnv e;
+  static_cast<LauncherEnv&>(e) = launcher_env_read(get);
   e.enabled = true;
-  e.rank = env_int("RANK");
-  e.world = env_int("WORLD_SIZE");
-  e.local_rank = env_int("LOCAL_RANK");
-  e.local_world = std::getenv("LOCAL_WORLD_SIZE") ? env_int("LOCAL_WORLD_SIZE") : e.world;
-  const char* addr = std::getenv("MASTER_ADDR");
-  FANOUT_CHECK(addr != nullptr && *addr, "--strategy ddp needs MASTER_ADDR");
-  e.master_addr = addr;
-  e.master_port = env_int("MASTER_PORT");
-  FANOUT_CHECK(e.world >= 1 && e.rank < e.world, "RANK ", e.rank, " is not below WORLD_SIZE ",
-               e.world);
-  FANOUT_CHECK(e.local_rank < e.local_world, "LOCAL_RANK ", e.local_rank,
-               " is not below LOCAL_WORLD_SIZE ", e.local_world);
   return e;
+}
+
+DdpEnv ddp_env_from_environment() {
+  return ddp_env_from(env_lookup_process);
 }
 
 Device ddp_device(const DdpEnv& env, const std::vector<Device>& devices) {
@@ -61,12 +95,20 @@ Device ddp_device(const DdpEnv& env, const std::vector<Device>& devices) {
   return devices[env.local_rank];
 }
 
-DdpGroup ddp_connect(const DdpEnv& env, Device device, double timeout_s) {
+DdpGroup ddp_connect(const DdpEnv& env, Device device, double timeout_s, bool announce) {
   FANOUT_CHECK(timeout_s > 0, "--timeout must be positive");
+  if (announce && env.is_main()) {
+    std::printf("%s\n", launcher_line(env).c_str());
+    std::fflush(stdout);
+  }
   DdpGroup g;
-  auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  g.rendezvous = std::make_unique<parallel::Rendezvous>(env.master_addr, env.master_port, env.rank,
-                                                        env.world, timeout);
+  parallel::RendezvousOptions o;
+  o.addr = env.master_addr, o.port = env.master_port;
+  o.rank = env.rank, o.world = env.world;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  o.secret = env.secret, o.job = env.job;
+  g.rendezvous = env.torch_agent_store ? rendezvous_through_torch_store(env, o)
+                                       : std::make_unique<parallel::Rendezvous>(o);
   g.group = device.is_cuda() ? parallel::make_nccl_group(*g.rendezvous, device)
                              : parallel::make_gloo_group(*g.rendezvous, timeout_s);
   return g;

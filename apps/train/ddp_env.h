@@ -1,34 +1,36 @@
 #pragma once
-// The multi-process side of a run (--strategy ddp): torchrun's environment
-// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), this
-// rank's device, the rendezvous and process group, and each rank's rows of a
-// global batch (DistributedSampler semantics: disjoint, together the whole).
-// A single-process run is the world of one.
+// The multi-process side of a run (--strategy ddp): the launcher's environment
+// (fanout launch, torchrun, Slurm, MPI: launcher_env.h), this rank's device, the
+// rendezvous and process group, and each rank's rows of a global batch
+// (DistributedSampler semantics: disjoint, together the whole). A
+// single-process run is the world of one.
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "apps/train/launcher_env.h"
 #include "engine/core/device.h"
 #include "engine/parallel/process_group.h"
 #include "engine/parallel/rendezvous.h"
 
 namespace fanout::train {
 
-struct DdpEnv {
+// rank, world, local_rank, local_world, master_addr, master_port, launcher,
+// secret, job: see LauncherEnv.
+struct DdpEnv : LauncherEnv {
   bool enabled = false;
-  int rank = 0, world = 1, local_rank = 0, local_world = 1;
-  std::string master_addr;
-  int master_port = 0;
 
   bool is_main() const { return rank == 0; }
   // Rows [first, first + count) of a global batch of `rows` for this rank.
   std::pair<int64_t, int64_t> rows_of(int64_t rows) const;
 };
 
-// Reads the environment; throws fanout::Error naming a missing or bad variable.
+// Reads the environment (launcher_env_read); throws fanout::Error naming a
+// missing or bad variable, or the launchers it looked for.
 DdpEnv ddp_env_from_environment();
+DdpEnv ddp_env_from(const EnvLookup& get);
 // This rank's device: a bare kind (cpu, cuda) takes LOCAL_RANK; a list of
 // LOCAL_WORLD_SIZE devices gives entry LOCAL_RANK.
 Device ddp_device(const DdpEnv& env, const std::vector<Device>& devices);
@@ -37,6 +39,9 @@ struct DdpGroup {
   std::unique_ptr<parallel::Rendezvous> rendezvous;
   std::unique_ptr<parallel::ProcessGroup> group;
 };
-DdpGroup ddp_connect(const DdpEnv& env, Device device, double timeout_s);
+// Meets the other ranks (under torchrun's static rendezvous through its store,
+// Note [Rendezvous under torchrun's static launch]) and builds the process
+// group. Rank 0 first prints launcher_line(env) on stdout when `announce`.
+DdpGroup ddp_connect(const DdpEnv& env, Device device, double timeout_s, bool announce = true);
 
 }  // namespace fanout::train

@@ -84,11 +84,7 @@ class GlooGroup final : public ProcessGroup {
  public:
   GlooGroup(Rendezvous& r, double timeout_s) : ProcessGroup(r), store_(r) {
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
-    if (const char* addr = std::getenv("MASTER_ADDR")) {
-      std::string a = addr;
-      if (a != "localhost" && a != "127.0.0.1") attr.hostname = "";  // multi-node: own hostname
-    }
+    attr.hostname = r.local_address();  // where the other ranks reach this one
     try {
       device_ = gloo::transport::tcp::CreateDevice(attr);
       context_ = std::make_shared<gloo::rendezvous::Context>(r.rank(), r.world());

@@ -1,5 +1,6 @@
 #include "engine/parallel/rendezvous.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -119,7 +120,15 @@ void Rendezvous::connect_and_hello(const std::string& addr, int port, const std:
     std::string why;
     Read r = write_all(fd_, hello.data(), hello.size()) ? read_frame(fd_, f, deadline, why)
                                                         : Read::kClosed;
-    if (r == Read::kOk && f.type == wire::kReply && f.value.empty() && f.key.empty()) return;
+    if (r == Read::kOk && f.type == wire::kReply && f.value.empty() && f.key.empty()) {
+      sockaddr_in self{};
+      socklen_t len = sizeof self;
+      char text[INET_ADDRSTRLEN] = "127.0.0.1";
+      if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&self), &len) == 0)
+        inet_ntop(AF_INET, &self.sin_addr, text, sizeof text);
+      local_address_ = text;
+      return;
+    }
     ::close(fd_);
     fd_ = -1;
     FANOUT_CHECK(!(r == Read::kOk && f.type == wire::kRefused), "rank ", rank_, ": the master at ",

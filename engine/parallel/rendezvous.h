@@ -54,6 +54,10 @@ class Rendezvous {
   int rank() const { return rank_; }
   int world() const { return world_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // This host's address on its connection to the master ("10.0.0.2"): the
+  // interface the other ranks reach it on, for Gloo to listen on (a hostname may
+  // resolve to a loopback address, or to one of another network namespace).
+  const std::string& local_address() const { return local_address_; }
 
   void set(const std::string& key, const std::vector<char>& value);
   // Blocks until the key exists (or the timeout passes: fanout::Error).
@@ -74,6 +78,7 @@ class Rendezvous {
 
   int rank_, world_;
   std::chrono::milliseconds timeout_;
+  std::string local_address_;
   std::unique_ptr<RendezvousServer> server_;
   int fd_ = -1;
   std::mutex mu_;

@@ -123,7 +123,7 @@ TEST_CASE("train refuses each bad flag or data file with one line and no run dir
       {"unknown strategy",
        {{"--strategy", "fsdp"}},
        "--strategy must be dp, zero1, zero2, zero3 or ddp"},
-      {"ddp in one process", {{"--strategy", "ddp"}}, "start it with fanout launch"},
+      {"ddp in one process", {{"--strategy", "ddp"}}, "found no launcher's variables"},
       {"bare device", {{"--devices", "cpu"}}, "--devices needs indices"},
       {"unknown schedule", {{"--schedule", "linear"}}, "--schedule must be cosine or constant"},
       {"zero lr", {{"--lr", "0"}}, "--lr must be a finite number in (0, 1e+06]"},
