@@ -1,8 +1,10 @@
 // `fanout launch`: torchrun for fanout. Starts --nproc-per-node copies of this
 // binary with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
-// MASTER_PORT set, forwards Ctrl-C to them, and when one rank fails, says which
-// and stops the others — no orphans (children die with the launcher) and no
-// zombies (every child is waited for).
+// MASTER_PORT set (and FANOUT_LAUNCHER, FANOUT_JOB_SECRET, FANOUT_RESTART_COUNT,
+// FANOUT_MAX_RESTARTS), forwards Ctrl-C to them, and when one rank fails, says
+// which and stops the others — no orphans (children die with the launcher) and
+// no zombies (every child is waited for). With --max-restarts N it then starts
+// every rank again, at most N times, as torchrun's elastic agent does.
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -10,6 +12,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <fcntl.h>
 
 #include <atomic>
 #include <chrono>
@@ -29,6 +33,7 @@ namespace fanout::app {
 namespace {
 struct LaunchArgs {
   int nproc = 1, nnodes = 1, node_rank = 0, port = 0;
+  int max_restarts = 0;     // torchrun's --max-restarts: whole-job restarts after a failure
   bool standalone = false;  // torchrun's --standalone: one node, a free port on this host
   std::string addr = "127.0.0.1";
   double grace = 15.0;
@@ -104,37 +109,58 @@ std::string train_strategy_problem(const std::vector<std::string>& command, int 
   return "";
 }
 
-int run_launch(LaunchArgs a) {
-  FANOUT_CHECK(a.nproc >= 1, "--nproc-per-node must be at least 1");
-  FANOUT_CHECK(!a.addr.empty(), "--master-addr: an empty value is not an address");
-  FANOUT_CHECK(a.nnodes >= 1, "--nnodes must be at least 1");
-  FANOUT_CHECK(a.node_rank >= 0 && a.node_rank < a.nnodes, "--node-rank must be in [0, --nnodes)");
-  FANOUT_CHECK(!a.command.empty(),
-               "give the command to run after --, e.g. "
-               "fanout launch --nproc-per-node 2 -- train --strategy ddp");
-  std::string strategy_problem = train_strategy_problem(a.command, a.nproc);
-  FANOUT_CHECK(strategy_problem.empty(), strategy_problem);
-  if (a.standalone) {
-    FANOUT_CHECK(a.nnodes == 1, "--standalone runs one node; it does not combine with --nnodes ",
-                 a.nnodes);
-    FANOUT_CHECK(a.port == 0, "--standalone picks a free port itself; drop --master-port");
+// --max-restarts restarts `train` from its newest checkpoint only if the command
+// says so (--resume auto); otherwise every restart would start over, or be
+// refused for a non-empty --out. "" if it does.
+std::string train_restart_problem(const std::vector<std::string>& command) {
+  if (command.empty() || command[0] != "train") return "";
+  for (size_t i = 1; i < command.size() && command[i] != "--"; ++i) {
+    if ((command[i] == "--resume" && i + 1 < command.size() && command[i + 1] == "auto") ||
+        command[i] == "--resume=auto")
+      return "";
   }
-  if (a.port == 0) {
-    FANOUT_CHECK(a.nnodes == 1, "a multi-node launch needs --master-port (the same on every node)");
-    a.port = free_port();
+  return "--max-restarts restarts every rank with the same command: add --resume auto (and "
+         "--save-every N) to the train command so that a restart continues from the newest "
+         "checkpoint in --out";
+}
+
+// 32 hex characters from /dev/urandom: the secret of one single-node attempt.
+std::string random_secret() {
+  unsigned char bytes[16];
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  FANOUT_CHECK(fd >= 0, "cannot open /dev/urandom for the job secret: ", std::strerror(errno));
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = ::read(fd, bytes + got, sizeof bytes - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
   }
-  FANOUT_CHECK(a.port > 0 && a.port < 65536, "--master-port ", a.port, " is not a port number");
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  FANOUT_CHECK(n > 0, "cannot find the fanout binary: ", std::strerror(errno));
-  self[n] = '\0';
+  ::close(fd);
+  FANOUT_CHECK(got == sizeof bytes, "cannot read /dev/urandom for the job secret");
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : bytes) hex += {kHex[b >> 4], kHex[b & 15]};
+  return hex;
+}
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+// What the ranks of one attempt share.
+struct AttemptEnv {
+  int port = 0, restart = 0;
+  std::string secret;
+};
 
+enum class Ending { ok, failed, interrupted };
+struct AttemptResult {
+  Ending ending = Ending::ok;
+  int exit_code = 0;
+};
+
+// Starts every rank of this node and waits for all of them; on the first failure
+// prints one line (ending in `restart_words` when a restart will follow) and
+// stops the others: the grace period, then SIGKILL.
+AttemptResult run_attempt(LaunchArgs& a, const std::string& self, const AttemptEnv& env,
+                          const std::string& restart_words) {
   int world = a.nproc * a.nnodes;
   std::vector<pid_t> pids(a.nproc, -1);
   std::vector<bool> alive(a.nproc, false);
@@ -151,11 +177,16 @@ int run_launch(LaunchArgs a) {
       setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(a.nproc).c_str(), 1);
       setenv("MASTER_ADDR", a.addr.c_str(), 1);
-      setenv("MASTER_PORT", std::to_string(a.port).c_str(), 1);
-      std::vector<char*> argv{self};
+      setenv("MASTER_PORT", std::to_string(env.port).c_str(), 1);
+      setenv("FANOUT_LAUNCHER", "fanout-launch", 1);
+      setenv("FANOUT_JOB_SECRET", env.secret.c_str(), 1);
+      // As torchrun's TORCHELASTIC_RESTART_COUNT and TORCHELASTIC_MAX_RESTARTS.
+      setenv("FANOUT_RESTART_COUNT", std::to_string(env.restart).c_str(), 1);
+      setenv("FANOUT_MAX_RESTARTS", std::to_string(a.max_restarts).c_str(), 1);
+      std::vector<char*> argv{const_cast<char*>(self.c_str())};
       for (std::string& s : a.command) argv.push_back(s.data());
       argv.push_back(nullptr);
-      ::execv(self, argv.data());
+      ::execv(self.c_str(), argv.data());
       std::fprintf(stderr, "fanout launch: cannot start rank %d: %s\n", rank, std::strerror(errno));
       _exit(127);
     }
@@ -165,7 +196,8 @@ int run_launch(LaunchArgs a) {
 
   // Wait for every child; react to the first failure and to Ctrl-C.
   using Clock = std::chrono::steady_clock;
-  int exit_code = 0, forwarded = 0, live = a.nproc;
+  AttemptResult result;
+  int forwarded = 0, live = a.nproc;
   bool stopping = false;
   Clock::time_point kill_at = Clock::time_point::max();
   auto signal_all = [&](int sig) {
@@ -178,7 +210,8 @@ int run_launch(LaunchArgs a) {
       // First Ctrl-C: the ranks finish their step and checkpoint; a second: kill.
       signal_all(seen == 1 ? SIGINT : SIGKILL);
       forwarded = seen;
-      if (exit_code == 0) exit_code = 130;
+      if (result.exit_code == 0) result.exit_code = 130;
+      if (result.ending == Ending::ok) result.ending = Ending::interrupted;
       kill_at = std::min(kill_at, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                      std::chrono::duration<double>(a.grace)));
     }
@@ -200,17 +233,90 @@ int run_launch(LaunchArgs a) {
               (forwarded > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
     if (!ok && !stopping) {
       int rank = a.node_rank * a.nproc + local;
-      std::fprintf(stderr, "fanout launch: rank %d %s; stopping the other ranks\n", rank,
-                   describe(status).c_str());
+      std::string then = "stopping the other ranks";
+      if (forwarded == 0 && !restart_words.empty()) {
+        then = restart_words;
+      } else if (forwarded == 0 && a.max_restarts > 0) {
+        then += " (no restart left: --max-restarts " + std::to_string(a.max_restarts) + ")";
+      }
+      std::fprintf(stderr, "fanout launch: rank %d %s; %s\n", rank, describe(status).c_str(),
+                   then.c_str());
       stopping = true;
-      exit_code = 1;
+      result.exit_code = 1;
+      if (forwarded == 0) result.ending = Ending::failed;
       // The others notice through their collectives and say so themselves; any
       // still running after the grace period are killed.
       kill_at = Clock::now() +
                 std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a.grace));
     }
   }
-  return exit_code;
+  return result;
+}
+
+int run_launch(LaunchArgs a) {
+  FANOUT_CHECK(a.nproc >= 1, "--nproc-per-node must be at least 1");
+  FANOUT_CHECK(!a.addr.empty(), "--master-addr: an empty value is not an address");
+  FANOUT_CHECK(a.nnodes >= 1, "--nnodes must be at least 1");
+  FANOUT_CHECK(a.node_rank >= 0 && a.node_rank < a.nnodes, "--node-rank must be in [0, --nnodes)");
+  FANOUT_CHECK(!a.command.empty(),
+               "give the command to run after --, e.g. "
+               "fanout launch --nproc-per-node 2 -- train --strategy ddp");
+  std::string strategy_problem = train_strategy_problem(a.command, a.nproc);
+  FANOUT_CHECK(strategy_problem.empty(), strategy_problem);
+  if (a.standalone) {
+    FANOUT_CHECK(a.nnodes == 1, "--standalone runs one node; it does not combine with --nnodes ",
+                 a.nnodes);
+    FANOUT_CHECK(a.port == 0, "--standalone picks a free port itself; drop --master-port");
+  }
+  if (a.max_restarts > 0) {
+    FANOUT_CHECK(a.nnodes == 1, "--max-restarts restarts the ranks of one node: with --nnodes ",
+                 a.nnodes,
+                 " every node would have to restart together, which needs a rendezvous between "
+                 "the launchers that fanout launch does not have; drop --max-restarts");
+    std::string restart_problem = train_restart_problem(a.command);
+    FANOUT_CHECK(restart_problem.empty(), restart_problem);
+  }
+  const bool auto_port = a.port == 0;
+  if (auto_port)
+    FANOUT_CHECK(a.nnodes == 1, "a multi-node launch needs --master-port (the same on every node)");
+  FANOUT_CHECK(auto_port || a.port < 65536, "--master-port ", a.port, " is not a port number");
+  // Every rank of a job carries the same FANOUT_JOB_SECRET, for the rendezvous to
+  // tell its ranks from strangers. Several nodes must agree on it, so there it comes
+  // from the environment; one node makes its own, new for each attempt.
+  const char* given_secret = std::getenv("FANOUT_JOB_SECRET");
+  const bool has_secret = given_secret != nullptr && given_secret[0] != '\0';
+  FANOUT_CHECK(has_secret || a.nnodes == 1,
+               "a multi-node launch needs the same FANOUT_JOB_SECRET on every node, e.g. "
+               "export FANOUT_JOB_SECRET=$(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \\n')");
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  FANOUT_CHECK(n > 0, "cannot find the fanout binary: ", std::strerror(errno));
+  self[n] = '\0';
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  for (int restart = 0;; ++restart) {
+    AttemptEnv env;
+    env.restart = restart;
+    env.port = auto_port ? free_port() : a.port;  // a fresh port for every attempt
+    env.secret = has_secret ? std::string(given_secret) : random_secret();
+    std::string words;
+    if (restart < a.max_restarts)
+      words = "restarting every rank (restart " + std::to_string(restart + 1) + " of " +
+              std::to_string(a.max_restarts) + ")";
+    AttemptResult r = run_attempt(a, self, env, words);
+    if (r.ending != Ending::failed || words.empty()) return r.exit_code;
+    if (g_signals.load() > 0) {  // a Ctrl-C, even one while the ranks were stopping, never restarts
+      std::fprintf(stderr,
+                   "fanout launch: interrupted while the ranks were stopping; not "
+                   "restarting\n");
+      return r.exit_code;
+    }
+  }
 }
 }  // namespace
 
@@ -231,6 +337,10 @@ Command add_launch_command(CLI::App& app) {
                 "One node on a free local port (torchrun's --standalone; the default here)");
   add_number(cmd, "--grace", a->grace, "Seconds the ranks get to stop before they are killed", 0.0,
              1e6);
+  add_number(cmd, "--max-restarts,--max_restarts", a->max_restarts,
+             "Restart every rank after a failure, at most this many times (train: with --resume "
+             "auto)",
+             0, 1000000);
   cmd->add_option("command", a->command, "The fanout command each rank runs (after --)");
   return [cmd, a]() -> int { return cmd->parsed() ? run_launch(*a) : -1; };
 }

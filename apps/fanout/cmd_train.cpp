@@ -98,7 +98,9 @@ Command add_train_command(CLI::App& app) {
       "Held-out loss every N steps (0: only at the end)");
   num("eval-batches", o->eval_batches, int64_t{0}, kMaxCount,
       "Held-out batches per evaluation (0: the whole held-out set)");
-  add("resume", o->resume, "Continue from a checkpoint directory, or 'last' in --out");
+  add("resume", o->resume,
+      "Continue from a checkpoint directory; 'last': the newest in --out; 'auto': the newest "
+      "in --out if there is one, else start fresh (for fanout launch --max-restarts)");
   add("trace", o->trace, "Write a Chrome/Perfetto trace of the run");
   flag("json", o->json, "Print a JSON summary as the last line");
   num("timeout", o->timeout, 0.0, 1e6, "ddp: seconds before a silent rank is declared dead");

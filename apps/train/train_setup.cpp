@@ -11,6 +11,7 @@
 #include "apps/train/corpus.h"
 #include "apps/train/data_loader.h"
 #include "apps/train/device_memory.h"
+#include "apps/train/launcher_env.h"
 #include "apps/train/memory_check.h"
 #include "apps/train/run_dir.h"
 #include "apps/train/schedule.h"
@@ -102,20 +103,80 @@ void check_out_dir(const std::string& out) {
   }
 }
 
+// Whether `name` is something a fanout run writes in its --out: the lock,
+// metrics.jsonl, a checkpoint (step-N, final) or a temporary of one of them
+// (NAME.tmp-*, NAME.old-*) that an interrupted write left. `checkpoint` is set for
+// a checkpoint or its complete copy renamed aside (what checkpoint_find_last reads).
+bool run_dir_entry(std::string name, bool& checkpoint) {
+  checkpoint = false;
+  if (name == kRunLockFile) return true;
+  bool temp = false;
+  for (const char* tag : {".tmp-", ".old-"}) {
+    if (size_t at = name.find(tag); at != std::string::npos && at > 0) {
+      temp |= tag[1] == 't';
+      name.resize(at);
+    }
+  }
+  if (name == "metrics.jsonl") return true;
+  const bool step = name.size() > 5 && name.rfind("step-", 0) == 0 &&
+                    name.find_first_not_of("0123456789", 5) == std::string::npos;
+  checkpoint = (step || name == "final") && !temp;
+  return step || name == "final";
+}
+
+// Note [Resume auto]
+// `--resume auto` lets one command line serve every attempt of a restarted job
+// (`fanout launch --max-restarts`): the newest complete checkpoint in --out, found
+// as --resume last finds it, or "" to start fresh when --out is missing, empty or
+// holds only what a run writes before its first checkpoint (the lock, metrics.jsonl,
+// temporaries of an interrupted write, which find_last never takes). Anything else
+// is someone else's directory and is refused. Checkpoints are written atomically
+// (Note [Atomic checkpoint directory]), so one being written when a rank was killed
+// is never taken. Every rank decides on the same shared --out before any of them
+// writes (rank 0 writes only after the rendezvous), and the trainer checks that
+// all ranks start at the same step.
+std::string resume_auto_dir(const std::string& out) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(out, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    detail::throw_error(detail::str_cat("--resume auto: --out ", out, ": ", ec.message()));
+  }
+  if (!fs::exists(st)) return "";
+  FANOUT_CHECK(fs::is_directory(st), "--resume auto: --out ", out, " is not a directory");
+  bool any_checkpoint = false;
+  for (const fs::directory_entry& e : fs::directory_iterator(out, ec)) {
+    const std::string name = e.path().filename().string();
+    bool checkpoint = false;
+    FANOUT_CHECK(run_dir_entry(name, checkpoint), "--resume auto: --out ", out, " holds '", name,
+                 "', which no fanout run writes: it is not a run directory; choose another --out");
+    any_checkpoint |= checkpoint;
+  }
+  if (ec) detail::throw_error(detail::str_cat("--resume auto: --out ", out, ": ", ec.message()));
+  return any_checkpoint ? checkpoint_find_last(out) : "";
+}
+
 }  // namespace
 
 Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   Setup s;
-  if (!o.resume.empty()) {
+  std::string dir = o.resume;
+  if (dir == "auto") {
+    // The same command starts the run and continues it (Note [Resume auto]): the
+    // model flags serve the fresh start, a checkpoint carries its own model.
+    FANOUT_CHECK(!o.out.empty(),
+                 "--resume auto needs --out DIR (where the run keeps its checkpoints)");
+    dir = resume_auto_dir(o.out);
+  } else if (!dir.empty()) {
     // The checkpoint carries its model: a second source would be ignored or conflict.
     for (const char* flag : {"preset", "config", "init"}) {
       FANOUT_CHECK(!given.count(flag), "--resume continues the checkpoint's model: drop --", flag);
     }
-    std::string dir = o.resume;
     if (dir == "last") {
       FANOUT_CHECK(!o.out.empty(), "--resume last needs --out DIR (the run to continue)");
       dir = checkpoint_find_last(o.out);
     }
+  }
+  if (!dir.empty()) {
     s.resume = checkpoint_read(dir);
     s.resume_dir = dir;
     const TrainOptions saved = [&] {
@@ -130,7 +191,8 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     // A ddp run's checkpoint resumes in one process too (the files are the same):
     // ddp is kept only where the launcher's environment is present (a zero run
     // stays sharded, over the devices of one process).
-    if (o.strategy == "ddp" && !given.count("strategy") && std::getenv("RANK") == nullptr) {
+    if (o.strategy == "ddp" && !given.count("strategy") &&
+        !launcher_env_found(env_lookup_process)) {
       o.strategy = "dp";
     }
     if (o.out.empty()) o.out = fs::path(dir).lexically_normal().parent_path().string();
@@ -190,7 +252,7 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   // otherwise, as PyTorch DDP and the bench's ddp row do.
   if (o.strategy == "ddp" && !given.count("overlap") && !s.resume) o.overlap = true;
   const bool zero = o.strategy.rfind("zero", 0) == 0;
-  if (o.strategy == "ddp" || (zero && std::getenv("RANK") != nullptr)) {
+  if (o.strategy == "ddp" || (zero && launcher_env_found(env_lookup_process))) {
     // ddp, or zero1/zero2/zero3 sharded over the processes of a launcher.
     s.ddp = ddp_env_from_environment();
   } else if (const char* world = std::getenv("WORLD_SIZE");
@@ -295,7 +357,8 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   // --- the run directory
   if (o.out.empty()) o.out = timestamp_dir();
   if (s.ddp.is_main()) check_out_dir(o.out);
-  if (!s.resume && s.ddp.is_main()) {  // only rank 0 writes (and so checks) the run directory
+  // only rank 0 writes (and so checks) the run directory; --resume auto checked it already
+  if (!s.resume && o.resume != "auto" && s.ddp.is_main()) {
     std::error_code ec;
     bool busy = fs::exists(o.out, ec) && !fs::is_empty(o.out, ec) && !run_dir_only_ours(o.out);
     FANOUT_CHECK(!busy, "--out ", o.out, " already holds files: continue it with --resume last ",

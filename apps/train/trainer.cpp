@@ -155,8 +155,22 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
     }
   }
   DdpGroup ddp;
-  if (s.ddp.enabled) ddp = ddp_connect(s.ddp, s.devices[0], o.timeout);
+  if (s.ddp.enabled) ddp = ddp_connect(s.ddp, s.devices[0], o.timeout, !o.json);
   parallel::ProcessGroup* group = ddp.group.get();
+  if (group) {
+    // Each rank found its checkpoint (or none) in --out itself: all must start at
+    // rank 0's step, or the ranks would train different things (an --out not shared).
+    const int64_t first = s.resume ? s.resume->state.step : 0;
+    double at[2] = {main_rank ? static_cast<double>(first) : 0.0, 0.0};
+    group->all_reduce_host(at, 1);
+    at[1] = at[0] == static_cast<double>(first) ? 0.0 : 1.0;
+    group->all_reduce_host(at + 1, 1);
+    const auto step0 = static_cast<int64_t>(at[0]);
+    FANOUT_CHECK(at[1] == 0, "the ranks would start from different steps (rank 0 from step ", step0,
+                 step0 == first ? "" : detail::str_cat(", this rank from step ", first), "; ",
+                 static_cast<int64_t>(at[1]), " rank(s) differ from rank 0): every rank must see ",
+                 "the same --out ", o.out, " (a shared filesystem)");
+  }
   // From here on files are written, by rank 0 alone, in a directory it owns.
   std::optional<RunDirLock> lock;
   std::vector<std::string> cleaned;
@@ -260,7 +274,13 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
       static_cast<long long>(start), static_cast<long long>(o.steps), s.train_data.path.c_str(),
       static_cast<long long>(s.train_data.token_count()), o.out.c_str());
   say(header);
-  if (s.resume) say("resumed from " + s.resume_dir);
+  if (o.resume == "auto") {  // Note [Resume auto] in train_setup.cpp
+    say(s.resume ? "resuming from " + s.resume_dir + " (step " +
+                       std::to_string(s.resume->state.step) + ")"
+                 : "no checkpoint in " + o.out + ": starting fresh");
+  } else if (s.resume) {
+    say("resumed from " + s.resume_dir);
+  }
   for (const std::string& note : s.notes) say(note);
   for (const std::string& name : cleaned)
     say("removed " + name + " (left by an interrupted write)");
