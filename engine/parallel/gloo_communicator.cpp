@@ -1,0 +1,125 @@
+// GlooCommunicator: the members are processes with CPU devices, joined by a Gloo
+// context of their own (its keys under "<name>/" in the rendezvous, apart from the
+// ProcessGroup's). An exchange posts one send and one receive per peer on Gloo's
+// unbound buffers, under a slot numbered by the exchange, and waits for them
+// within the timeout; a peer that died or never came makes it throw, naming what
+// the rendezvous knows. Gloo's own collectives are not used: their reductions
+// neither take our rank order nor round bf16 once (Note [Communicator semantics]).
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include "engine/core/check.h"
+#include "engine/parallel/communicator.h"
+
+namespace fanout::parallel {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
+
+class RendezvousStore final : public gloo::rendezvous::Store {
+ public:
+  explicit RendezvousStore(Rendezvous& r) : r_(r) {}
+  void set(const std::string& key, const std::vector<char>& data) override { r_.set(key, data); }
+  std::vector<char> get(const std::string& key) override { return r_.get(key); }
+  void wait(const std::vector<std::string>& keys) override {
+    for (const auto& k : keys) r_.get(k);
+  }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    wait(keys);  // the rendezvous bounds every get by its own timeout
+  }
+
+ private:
+  Rendezvous& r_;
+};
+
+constexpr uint8_t kSlotPrefix = 0x43;  // 'C'; the context is ours alone
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(Rendezvous& r, Device device, double timeout_s, const std::string& name)
+      : Communicator(r.rank(), r.world(), device),
+        rendezvous_(r),
+        store_(r),
+        prefixed_(name, store_),
+        timeout_(static_cast<int64_t>(timeout_s * 1000)) {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = r.local_address();  // where the other ranks reach this one
+    try {
+      device_ = gloo::transport::tcp::CreateDevice(attr);
+      context_ = std::make_shared<gloo::rendezvous::Context>(r.rank(), r.world());
+      context_->setTimeout(timeout_);
+      context_->connectFullMesh(prefixed_, device_);
+    } catch (const std::exception& e) {
+      fail("connecting the members", e.what());
+    }
+  }
+  const char* backend() const override { return "gloo"; }
+
+ protected:
+  void exchange(const std::vector<Tensor>& sends, const std::vector<Tensor>& recvs) override {
+    const uint64_t slot = gloo::Slot::build(kSlotPrefix, static_cast<uint32_t>(++exchanges_));
+    std::vector<Buffer> out, in;
+    try {
+      for (int j = 0; j < size(); ++j) {
+        if (j == rank()) continue;
+        if (sends[j].defined() && sends[j].nbytes() > 0) {
+          out.push_back(context_->createUnboundBuffer(sends[j].raw(), sends[j].nbytes()));
+          out.back()->send(j, slot);
+        }
+        if (recvs[j].defined() && recvs[j].nbytes() > 0) {
+          in.push_back(context_->createUnboundBuffer(recvs[j].raw(), recvs[j].nbytes()));
+          in.back()->recv(j, slot);
+        }
+      }
+      const auto deadline = Clock::now() + timeout_;
+      for (Buffer& b : in)
+        if (!b->waitRecv(left(deadline))) throw std::runtime_error("receive aborted");
+      for (Buffer& b : out)
+        if (!b->waitSend(left(deadline))) throw std::runtime_error("send aborted");
+    } catch (const std::exception& e) {
+      fail(doing(), e.what());
+    }
+  }
+
+ private:
+  // What is left of the time until `deadline` (at least 1 ms: gloo takes 0 as unset).
+  static std::chrono::milliseconds left(Clock::time_point deadline) {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    return std::max(ms, std::chrono::milliseconds(1));
+  }
+
+  [[noreturn]] void fail(const char* what, const std::string& cause) {
+    detail::throw_error(detail::str_cat("rank ", rank(), ": ", what, " failed: ",
+                                        rendezvous_.describe_failure(), " (gloo: ", cause, ")"));
+  }
+
+  Rendezvous& rendezvous_;
+  RendezvousStore store_;
+  gloo::rendezvous::PrefixStore prefixed_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  uint32_t exchanges_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_gloo_communicator(Rendezvous& rendezvous, Device device,
+                                                     double timeout_s, const std::string& name) {
+  FANOUT_CHECK(device.is_cpu() && !device.is_bare(), "Gloo communicators need a CPU device, got ",
+               device.str());
+  return std::make_unique<GlooCommunicator>(rendezvous, device, timeout_s, name);
+}
+
+}  // namespace fanout::parallel
