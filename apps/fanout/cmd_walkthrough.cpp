@@ -1,7 +1,8 @@
 // `fanout walkthrough`: a narrated run of the data-parallel modes on a small
-// Llama (faithful dp, --loss-on replicas, --overlap, zero1, zero2, zero3) with
-// the engine's real numbers, an ASCII timeline per mode, a Perfetto trace of all
-// of it, and what bf16 mixed precision and bf16 gradient sums change (measured bytes).
+// Llama (dp-output, dp, dp-overlap, zero1, zero2, zero3: bench's and train's
+// names) with the engine's real numbers, an ASCII timeline per mode, a Perfetto
+// trace of all of it, a ddp step (computed), what bf16 mixed precision and bf16
+// gradient sums change (measured bytes), and the modes' warm step times.
 
 #include <unistd.h>
 
@@ -25,7 +26,7 @@ namespace {
 struct WalkthroughArgs {
   std::string devices, trace = "walkthrough-trace.json";
   int64_t batch_size = 5, seq_len = 32;
-  int steps = 2;
+  int steps = 2, timed_steps = 5;
   bool no_color = false;
 };
 
@@ -47,6 +48,7 @@ int run_walkthrough(const WalkthroughArgs& a, bool devices_given) {
   o.devices = devices_parse(devices_given ? a.devices : default_devices());
   devices_check_available(o.devices);
   o.batch_size = a.batch_size, o.seq_len = a.seq_len, o.steps = a.steps;
+  o.timed_steps = a.timed_steps;
   FANOUT_CHECK(a.batch_size > 0, "--batch-size must be positive, got ", a.batch_size);
   FANOUT_CHECK(a.seq_len > 0, "--seq-len must be positive, got ", a.seq_len);
   FANOUT_CHECK(a.steps > 0, "--steps must be positive, got ", a.steps);
@@ -71,7 +73,11 @@ Command add_walkthrough_command(CLI::App& app) {
   add_number(cmd, "--batch-size", a->batch_size, "Global rows per step (5: an uneven split)",
              int64_t{1}, train::kMaxCount);
   add_number(cmd, "--seq-len", a->seq_len, "Tokens per row", int64_t{1}, train::kMaxCount);
-  add_number(cmd, "--steps", a->steps, "Steps per mode", 1, static_cast<int>(train::kMaxCount));
+  add_number(cmd, "--steps", a->steps, "Narrated steps per mode", 1,
+             static_cast<int>(train::kMaxCount));
+  add_number(cmd, "--timed-steps", a->timed_steps,
+             "Warm, untraced steps per mode whose median and spread the summary compares", 1,
+             static_cast<int>(train::kMaxCount));
   cmd->add_option("--trace", a->trace, "Where to write the Perfetto trace")->capture_default_str();
   cmd->add_flag("--no-color", a->no_color, "Plain text, no ANSI colours");
   return [cmd, a]() -> int {

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
-#include <map>
 #include <random>
 #include <sstream>
 
@@ -40,26 +39,54 @@ parallel::PhaseTimes scaled(parallel::PhaseTimes t, double s) {
 }
 }  // namespace
 
-std::vector<BenchMode> bench_modes_parse(const std::string& list) {
-  static const std::map<std::string, BenchMode> known = {
-      {"dp", {"dp", parallel::Strategy::dp, parallel::LossOn::output, false}},
-      {"dp-replicas", {"dp-replicas", parallel::Strategy::dp, parallel::LossOn::replicas, false}},
-      {"dp-overlap", {"dp-overlap", parallel::Strategy::dp, parallel::LossOn::replicas, true}},
-      {"zero1", {"zero1", parallel::Strategy::zero1, parallel::LossOn::replicas, false}},
-      {"zero2", {"zero2", parallel::Strategy::zero2, parallel::LossOn::replicas, false}},
-      {"zero3", {"zero3", parallel::Strategy::zero3, parallel::LossOn::replicas, false}},
-      {"ddp", {"ddp", parallel::Strategy::dp, parallel::LossOn::replicas, true}},
+const std::vector<BenchMode>& bench_modes_all() {
+  using parallel::LossOn;
+  using parallel::Strategy;
+  // ddp: one process per device, each an in-process dp of one replica whose
+  // gradients are all-reduced across the processes, overlapped with backward.
+  static const std::vector<BenchMode> modes = {
+      {"dp", Strategy::dp, LossOn::replicas, false},
+      {"dp-output", Strategy::dp, LossOn::output, false},
+      {"dp-overlap", Strategy::dp, LossOn::replicas, true},
+      {"zero1", Strategy::zero1, LossOn::replicas, false},
+      {"zero2", Strategy::zero2, LossOn::replicas, false},
+      {"zero3", Strategy::zero3, LossOn::replicas, false},
+      {"ddp", Strategy::dp, LossOn::replicas, true},
   };
-  std::string text = list == "all" ? "dp,dp-replicas,dp-overlap,zero1,zero2,zero3,ddp" : list;
+  return modes;
+}
+
+std::string bench_mode_names() {
+  std::string out;
+  for (const BenchMode& m : bench_modes_all()) out += (out.empty() ? "" : ", ") + m.name;
+  return out;
+}
+
+std::string bench_mode_flags(const BenchMode& mode) {
+  if (mode.name == "ddp") return "--strategy ddp (under fanout launch; overlaps by default)";
+  std::string out = std::string("--strategy ") + parallel::strategy_name(mode.strategy);
+  if (mode.loss_on == parallel::LossOn::output) out += " --loss-on output";
+  if (mode.overlap) out += " --overlap";
+  return out;
+}
+
+std::vector<BenchMode> bench_modes_parse(const std::string& list) {
   std::vector<BenchMode> out;
-  std::stringstream ss(text);
+  std::stringstream ss(list == "all" ? "" : list);
+  if (list == "all") out = bench_modes_all();
   for (std::string name; std::getline(ss, name, ',');) {
-    auto it = known.find(name);
-    FANOUT_CHECK(it != known.end(), "unknown mode '", name,
-                 "' (choose from dp, dp-replicas, dp-overlap, zero1, zero2, zero3, ddp)");
-    out.push_back(it->second);
+    const std::string canonical = name == "dp-replicas" ? "dp" : name;
+    auto known = std::find_if(bench_modes_all().begin(), bench_modes_all().end(),
+                              [&](const BenchMode& m) { return m.name == canonical; });
+    FANOUT_CHECK(known != bench_modes_all().end(), "--modes: unknown mode '", name,
+                 "' (choose from ", bench_mode_names(), ", or all; dp-replicas is another name ",
+                 "for dp)");
+    // dp and dp-replicas are one mode: one row.
+    bool seen = std::any_of(out.begin(), out.end(),
+                            [&](const BenchMode& m) { return m.name == canonical; });
+    if (!seen) out.push_back(*known);
   }
-  FANOUT_CHECK(!out.empty(), "--modes is empty");
+  FANOUT_CHECK(!out.empty(), "--modes is empty (choose from ", bench_mode_names(), ", or all)");
   return out;
 }
 
@@ -179,7 +206,7 @@ const std::vector<MemTag>& bench_memory_kinds() {
 const BenchResult* bench_memory_baseline(const std::vector<BenchResult>& results,
                                          const std::string& precision) {
   for (const BenchResult& r : results)
-    if (r.mode == "dp-replicas" && r.precision == precision && !r.peaks.empty()) return &r;
+    if (r.mode == "dp" && r.precision == precision && !r.peaks.empty()) return &r;
   return nullptr;
 }
 
@@ -204,7 +231,7 @@ double bench_memory_ratio(const BenchResult& r, const BenchResult& base) {
 std::string bench_memory_table(const std::vector<BenchResult>& rows) {
   std::string out = walk::strf("%-24s %-16s", "mode", "device");
   for (MemTag t : bench_memory_kinds()) out += walk::strf(" %11s", mem_tag_name(t));
-  out += walk::strf(" %11s  %s\n", "total", "vs dp-replicas");
+  out += walk::strf(" %11s  %s\n", "total", "vs dp");
   std::vector<std::string> precisions;
   for (const BenchResult& r : rows) {
     if (std::find(precisions.begin(), precisions.end(), r.precision) == precisions.end())
@@ -223,12 +250,12 @@ std::string bench_memory_table(const std::vector<BenchResult>& rows) {
   for (const std::string& precision : precisions) {
     const BenchResult* base = bench_memory_baseline(rows, precision);
     out += base ? walk::strf(
-                      "vs dp-replicas (%s): a mode's largest device total / dp-replicas' %s "
-                      "total, %s (whole weights, gradients and AdamW state)\n",
+                      "vs dp (%s): a mode's largest device total / dp's %s total, %s (whole "
+                      "weights, gradients and AdamW state)\n",
                       precision.c_str(), base->peaks[0].device.c_str(),
                       bytes_str(base->peaks[0].peak_bytes).c_str())
-                : walk::strf("vs dp-replicas (%s): no ratio, dp-replicas did not run in %s\n",
-                             precision.c_str(), precision.c_str());
+                : walk::strf("vs dp (%s): no ratio, dp did not run in %s\n", precision.c_str(),
+                             precision.c_str());
   }
   return out;
 }

@@ -17,14 +17,25 @@
 
 namespace fanout::train {
 
+// One mode of `fanout bench`, named for what `fanout train` runs with the same
+// flags (bench_mode_flags): one meaning per name in bench, train and walkthrough.
 struct BenchMode {
-  std::string name;  // dp, dp-replicas, dp-overlap, zero1, zero2, zero3, ddp
+  std::string name;  // dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp
   parallel::Strategy strategy = parallel::Strategy::dp;
-  parallel::LossOn loss_on = parallel::LossOn::output;
+  parallel::LossOn loss_on = parallel::LossOn::replicas;
   bool overlap = false;
 };
-// "dp,dp-replicas,dp-overlap,zero1,zero2,zero3,ddp" (or "all"); unknown names are
-// errors. ddp is measured in separate processes (fanout launch), the others in this one.
+// Every mode, in the order `all` runs them.
+const std::vector<BenchMode>& bench_modes_all();
+// "dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp".
+std::string bench_mode_names();
+// The `fanout train` flags that run the same mode: "--strategy dp --loss-on output".
+std::string bench_mode_flags(const BenchMode& mode);
+// A comma-separated list of mode names, or "all"; dp-replicas is another name for
+// dp (older scripts use it). Each mode once, in the order given; an unknown name
+// is an error naming the valid ones. ddp is measured in separate processes
+// (fanout launch, as `fanout launch -- train --strategy ddp` starts them), the
+// others in this one.
 std::vector<BenchMode> bench_modes_parse(const std::string& list);
 
 // Peak bytes of one device during a mode's timed steps: the total, and each
@@ -71,7 +82,7 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode);
 
 // The kinds the memory table shows, in column order.
 const std::vector<MemTag>& bench_memory_kinds();
-// The result the memory ratios divide by: dp-replicas in `precision` (its primary,
+// The result the memory ratios divide by: dp in `precision` (its primary,
 // peaks[0], holds whole weights, gradients and AdamW state), or nullptr.
 const BenchResult* bench_memory_baseline(const std::vector<BenchResult>& results,
                                          const std::string& precision);

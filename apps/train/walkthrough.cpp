@@ -12,6 +12,7 @@
 #include "apps/train/memory_check.h"
 #include "apps/train/optimizer.h"
 #include "apps/train/trace_timeline.h"
+#include "apps/train/walkthrough_ddp.h"
 #include "apps/train/walkthrough_precision.h"
 #include "apps/train/walkthrough_prose.h"
 #include "apps/train/walkthrough_zero.h"
@@ -51,11 +52,13 @@ struct ModeSpec {
   bool overlap;
 };
 const ModeSpec kModes[] = {
-    {"dp", "faithful dp: what nn.DataParallel does", Strategy::dp, LossOn::output, false},
-    {"dp-replicas", "--loss-on replicas: only loss scalars are gathered", Strategy::dp,
-     LossOn::replicas, false},
-    {"dp-overlap", "--overlap: gradient buckets reduced while backward runs", Strategy::dp,
-     LossOn::replicas, true},
+    {"dp-output", "dp-output (--strategy dp --loss-on output): what nn.DataParallel does",
+     Strategy::dp, LossOn::output, false},
+    {"dp", "dp (--strategy dp, the loss on the replicas): only loss scalars are gathered",
+     Strategy::dp, LossOn::replicas, false},
+    {"dp-overlap",
+     "dp-overlap (--strategy dp --overlap): gradient buckets reduced while backward runs",
+     Strategy::dp, LossOn::replicas, true},
     {"zero1", "zero1: sharded optimizer state", Strategy::zero1, LossOn::replicas, false},
     {"zero2", "zero2: gradients sharded too, reduced unit by unit during backward", Strategy::zero2,
      LossOn::replicas, false},
@@ -144,6 +147,11 @@ class Narrator : public Prose {
     return {spec.strategy, o_.devices, dp.shards(), dp.primary().units(), 4};  // fp32 weights
   }
   void narrate_memory(WalkthroughMode& m, const std::vector<AllocatorStats>& base);
+  // After the narration: timing_warmup untraced steps, then timed_steps timed ones.
+  std::string warmup_str() const {
+    return o_.timing_warmup > 0 ? strf(" and %d more", o_.timing_warmup) : "";
+  }
+  void time_warm_steps(DataParallel& dp, Optimizer& opt, DataLoader& loader, WalkthroughMode& m);
   void compare(const ModeSpec& spec, const WalkthroughMode& m,
                const std::vector<WalkthroughMode>& done);
 
@@ -170,7 +178,7 @@ void Narrator::intro() {
                       " is the primary (master weights, gathered outputs, output device)");
   more(
       strf("each mode runs %d step%s from the same initial weights on the same batches, so its "
-           "losses must match faithful dp's",
+           "losses must match dp-output's",
            o_.steps, o_.steps == 1 ? "" : "s"));
 }
 
@@ -230,7 +238,7 @@ void Narrator::narrate_forward_backward(const ModeSpec& spec, WalkthroughMode& m
     if (!faithful) f += " + loss " + us_ms(span_us(spans, lane(r, "compute"), "loss"));
   }
   line("forward", f);
-  if (spec.name == "dp")
+  if (spec.name == "dp-output")
     more(
         "in parallel: one pool thread and one stream per device; each replica's logits stay in "
         "its own activation arena");
@@ -272,7 +280,7 @@ void Narrator::narrate_forward_backward(const ModeSpec& spec, WalkthroughMode& m
                       loss, st.loss_sum, (long long)st.count));
     more(
         strf("no logits are gathered; backward is normalised by the global count %lld, so the "
-             "gradients equal faithful dp's",
+             "gradients equal dp-output's",
              (long long)st.count));
   }
   // backward
@@ -282,7 +290,7 @@ void Narrator::narrate_forward_backward(const ModeSpec& spec, WalkthroughMode& m
       bw += strf("%s%s %s", bw.empty() ? "" : ", ", dev(r).c_str(),
                  us_ms(span_us(spans, lane(r, "compute"), "backward")).c_str());
   line("backward", bw);
-  if (spec.name == "dp")
+  if (spec.name == "dp-output")
     more(
         strf("each replica accumulates d(loss)/d(params) of its rows into its own %s gradient "
              "buffer",
@@ -364,7 +372,7 @@ void Narrator::narrate_memory(WalkthroughMode& m, const std::vector<AllocatorSta
   out_ << memory_table_head("device", 9) << "\n";
   m.memory = memory_peaks(distinct_, base);
   for (const DeviceMemory& d : m.memory) out_ << memory_table_row(d.device, 9, d) << "\n";
-  if (m.name == "dp")
+  if (m.name == "dp-output")
     more(
         "params, grads: the flat buffers; optimizer: AdamW m and v; activations: each replica's "
         "arena for its rows, logits included; comm: collective staging buffers and gathered "
@@ -384,11 +392,11 @@ void Narrator::compare(const ModeSpec& spec, const WalkthroughMode& m,
       worst = std::max(worst, std::abs(m.losses[i] - dp.losses[i]));
     }
   }
-  line("check", "losses " + ours + " vs faithful dp's " + theirs +
+  line("check", "losses " + ours + " vs dp-output's " + theirs +
                     strf(" (largest difference %.1e): the same training step", worst));
   const DeviceMemory& p0 = dp.memory[0];
   const DeviceMemory& p1 = m.memory[0];
-  if (spec.name == "dp-replicas") {
+  if (spec.name == "dp") {
     size_t saved = p0.tag(MemTag::comm) > p1.tag(MemTag::comm)
                        ? p0.tag(MemTag::comm) - p1.tag(MemTag::comm)
                        : 0;
@@ -424,10 +432,10 @@ void Narrator::compare(const ModeSpec& spec, const WalkthroughMode& m,
       per += strf("%s%s %zu bytes", r ? ", " : "", dev(static_cast<int>(r)).c_str(),
                   m.optimizer_bytes[r]);
     line("changed", "optimizer state per device: " + per +
-                        strf(" = about 1/%zu of faithful dp's %zu bytes on %s",
+                        strf(" = about 1/%zu of dp-output's %zu bytes on %s",
                              m.optimizer_bytes.size(), dp.optimizer_bytes[0], dev(0).c_str()));
-    more(strf("no hot primary: %s's total peak %s with faithful dp -> %s with zero1",
-              dev(0).c_str(), bytes_str(p0.total).c_str(), bytes_str(p1.total).c_str()));
+    more(strf("no hot primary: %s's total peak %s with dp-output -> %s with zero1", dev(0).c_str(),
+              bytes_str(p0.total).c_str(), bytes_str(p1.total).c_str()));
   }
 }
 
@@ -463,12 +471,12 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
   Optimizer opt(dp, decay_runs(layout_), adam);
 
   // What this mode does differently, before it runs.
-  if (spec.name == "dp") {
+  if (spec.name == "dp-output") {
     more("logits are gathered onto " + dev(0) +
          ", the loss is computed there, gradients are "
          "reduce-added onto " +
          dev(0) + " after backward, and the optimizer steps there");
-  } else if (spec.name == "dp-replicas") {
+  } else if (spec.name == "dp") {
     more("each replica computes the loss of its own rows; only {loss sum, token count} comes back");
   } else if (spec.name == "dp-overlap") {
     parallel::GradBuckets buckets(P_, o_.bucket_mb, n);
@@ -613,27 +621,78 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
                o_.steps == 1 ? "" : "s");
   out_ << timeline_render(trace.spans(), mode_t0, mode_t1, o_.timeline_width, o_.color);
   out_ << "  " << timeline_legend(o_.color) << "\n";
+  time_warm_steps(dp, opt, loader, m);
   return m;
+}
+
+void Narrator::time_warm_steps(DataParallel& dp, Optimizer& opt, DataLoader& loader,
+                               WalkthroughMode& m) {
+  // Untraced: recording costs time, and the timelines show the narrated steps.
+  Trace::global().set_enabled(false);
+  ops::AdamWConfig adam;
+  for (int k = 0; k < o_.timing_warmup + o_.timed_steps; ++k) {
+    Batch b = loader.next();
+    parallel::HostBatch hb{b.B, b.T, b.inputs.data(), b.targets.data()};
+    auto t0 = Clock::now();
+    dp.zero_grad();
+    dp.forward_backward(hb, models::kIgnoreIndex, static_cast<double>(b.counted()));
+    dp.reduce_gradients();
+    opt.step(o_.steps + k + 1, adam.lr, 1.0);
+    double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (k >= o_.timing_warmup) m.timed_ms.push_back(step_ms);
+  }
+  Trace::global().set_enabled(true);
+  line("timing", strf("%d more step%s, untraced, warmed up by the narrated ones%s: median ",
+                      o_.timed_steps, o_.timed_steps == 1 ? "" : "s", warmup_str().c_str()) +
+                     step_times_str(step_times_summarize(m.timed_ms)));
 }
 
 void Narrator::summary(const std::vector<WalkthroughMode>& modes) {
   out_ << "\n"
-       << heading("summary") << " (mean step time; peak bytes on the primary " << dev(0) << ")\n";
-  out_ << strf("  %-13s %10s %12s %12s %12s %12s %12s\n", "mode", "step", "peak", "params", "grads",
-               "optimizer", "comm");
+       << heading("summary") << " (step time: median of each mode's warm, untraced timed steps, "
+       << "with the IQR q1-q3 and min-max; peak bytes on the primary " << dev(0) << ")\n";
+  out_ << strf("  %-11s %10s %17s %17s %10s %10s %10s %10s %10s\n", "mode", "median", "IQR",
+               "min-max", "peak", "params", "grads", "optimizer", "comm");
   for (const WalkthroughMode& m : modes) {
-    double mean = 0;
-    for (double v : m.step_ms) mean += v / static_cast<double>(m.step_ms.size());
+    const StepTimes t = step_times_summarize(m.timed_ms);
     const DeviceMemory& d = m.memory[0];
-    out_ << strf("  %-13s %7.2f ms %12s %12s %12s %12s %12s\n", m.name.c_str(), mean,
-                 bytes_str(d.total).c_str(), bytes_str(d.tag(MemTag::params)).c_str(),
-                 bytes_str(d.tag(MemTag::grads)).c_str(),
+    out_ << strf("  %-11s %7.2f ms %17s %17s %10s %10s %10s %10s %10s\n", m.name.c_str(), t.median,
+                 strf("%.2f-%.2f ms", t.q1, t.q3).c_str(),
+                 strf("%.2f-%.2f ms", t.min, t.max).c_str(), bytes_str(d.total).c_str(),
+                 bytes_str(d.tag(MemTag::params)).c_str(), bytes_str(d.tag(MemTag::grads)).c_str(),
                  bytes_str(d.tag(MemTag::optimizer)).c_str(),
                  bytes_str(d.tag(MemTag::comm)).c_str());
   }
+  const int timed = modes.empty() ? 0 : step_times_summarize(modes[0].timed_ms).samples;
+  line("", strf("%d timed step%s per mode after its %d narrated (warm-up) step%s%s; ddp is not "
+                "timed here (computed, not run): fanout bench --modes ddp measures it",
+                timed, timed == 1 ? "" : "s", o_.steps, o_.steps == 1 ? "" : "s",
+                warmup_str().c_str()));
 }
 
 }  // namespace
+
+StepTimes step_times_summarize(std::vector<double> ms) {
+  StepTimes t;
+  if (ms.empty()) return t;
+  std::sort(ms.begin(), ms.end());
+  // Linear interpolation between the order statistics around rank q*(n-1).
+  auto quantile = [&](double q) {
+    const double at = q * static_cast<double>(ms.size() - 1);
+    const size_t lo = static_cast<size_t>(at);
+    const size_t hi = std::min(lo + 1, ms.size() - 1);
+    return ms[lo] + (ms[hi] - ms[lo]) * (at - static_cast<double>(lo));
+  };
+  t.samples = static_cast<int>(ms.size());
+  t.median = quantile(0.5), t.q1 = quantile(0.25), t.q3 = quantile(0.75);
+  t.min = ms.front(), t.max = ms.back();
+  return t;
+}
+
+std::string step_times_str(const StepTimes& t) {
+  return strf("%.2f ms (IQR %.2f-%.2f, min-max %.2f-%.2f ms, %d step%s)", t.median, t.q1, t.q3,
+              t.min, t.max, t.samples, t.samples == 1 ? "" : "s");
+}
 
 models::LlamaConfig walkthrough_config() {
   models::LlamaConfig c = models::llama_preset("tiny");
@@ -650,6 +709,8 @@ WalkthroughResult walkthrough_run(const WalkthroughOptions& o, std::ostream& out
   FANOUT_CHECK(o.seq_len <= o.config.max_position_embeddings, "--seq-len ", o.seq_len,
                " exceeds max_position_embeddings ", o.config.max_position_embeddings);
   FANOUT_CHECK(o.steps > 0, "--steps must be positive, got ", o.steps);
+  FANOUT_CHECK(o.timed_steps > 0, "--timed-steps must be positive, got ", o.timed_steps);
+  FANOUT_CHECK(o.timing_warmup >= 0, "the timing warm-up must be 0 or more, got ", o.timing_warmup);
   o.config.validate();
   // dp gathers the logits: a batch that cannot fit is refused before the model is built.
   memory_check_fits(
@@ -665,9 +726,13 @@ WalkthroughResult walkthrough_run(const WalkthroughOptions& o, std::ostream& out
     TraceOn recording;
     for (const ModeSpec& spec : kModes) result.modes.push_back(narrator.run(spec, result.modes));
   }
+  // Computed, not run: one process per device would leave this one.
+  const int ddp_index = static_cast<int>(result.modes.size()) + 1;
+  result.ddp = walk::ddp_step_compute(narrator.parameters(), static_cast<int>(o.devices.size()),
+                                      o.batch_size, o.bucket_mb);
+  walk::ddp_narrate(o, result.ddp, result.modes, ddp_index, out);
   // Not traced: the trace shows the modes.
-  result.precision = walk::walkthrough_precision(o, narrator.data(),
-                                                 static_cast<int>(result.modes.size()) + 1, out);
+  result.precision = walk::walkthrough_precision(o, narrator.data(), ddp_index + 1, out);
   narrator.summary(result.modes);
   if (!o.trace_path.empty()) {
     std::vector<TraceSpan> spans = Trace::global().spans();

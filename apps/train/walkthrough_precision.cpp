@@ -146,7 +146,7 @@ std::vector<WalkthroughPrecisionRun> PrecisionSection::run(int index) {
     return {};
   }
   more(strf(
-      "dp-replicas and zero1 once more, %d steps each on the same batches, three ways: fp32; "
+      "dp and zero1 once more, %d steps each on the same batches, three ways: fp32; "
       "--precision bf16 (mixed precision: fp32 master weights, gradients and AdamW state, bf16 "
       "working weights and the activations GEMMs read and write); and bf16 with --grad-comm "
       "bf16 (each sender rounds its gradients to bf16, the receiver sums them in fp32). The bytes "
@@ -154,7 +154,7 @@ std::vector<WalkthroughPrecisionRun> PrecisionSection::run(int index) {
       "from one device to another",
       kSteps));
   std::vector<WalkthroughPrecisionRun> runs;
-  for (auto [name, kind] : {std::pair{"dp-replicas", Strategy::dp}, {"zero1", Strategy::zero1}})
+  for (auto [name, kind] : {std::pair{"dp", Strategy::dp}, {"zero1", Strategy::zero1}})
     for (auto [working, grad_comm] :
          {std::pair{DType::f32, DType::f32}, {DType::bf16, DType::f32}, {DType::bf16, DType::bf16}})
       runs.push_back(run_one({name, kind, working, grad_comm}));
@@ -163,7 +163,7 @@ std::vector<WalkthroughPrecisionRun> PrecisionSection::run(int index) {
 }
 
 void PrecisionSection::narrate(const std::vector<WalkthroughPrecisionRun>& runs) {
-  // runs: dp-replicas fp32, bf16, bf16 + grad-comm; zero1 the same
+  // runs: dp fp32, bf16, bf16 + grad-comm; zero1 the same
   const WalkthroughPrecisionRun &f = runs[0], &b = runs[1], &g = runs[2];
   const WalkthroughPrecisionRun &zf = runs[3], &zb = runs[4], &zg = runs[5];
   out_ << "  " << bold("bytes") << "      "
@@ -206,7 +206,7 @@ void PrecisionSection::narrate(const std::vector<WalkthroughPrecisionRun>& runs)
   }
 
   line("memory",
-       "peak bytes per device in the dp-replicas runs (allocator stats by tag; bf16+gc: with "
+       "peak bytes per device in the dp runs (allocator stats by tag; bf16+gc: with "
        "--grad-comm bf16)");
   const int width = 13;
   out_ << memory_table_head("", width) << "\n";
@@ -258,7 +258,7 @@ void PrecisionSection::narrate(const std::vector<WalkthroughPrecisionRun>& runs)
             "inputs to 8 bits of mantissa gives a loss close to fp32's, not the same one. With "
             "--grad-comm bf16 %s, and step 2 moves by %.1e",
             largest_difference(b, f), step1.c_str(), std::abs(g.losses.back() - b.losses.back())));
-  more("zero1 vs dp-replicas: largest difference " +
+  more("zero1 vs dp: largest difference " +
        difference_str(std::max(largest_difference(zf, f), largest_difference(zb, b))) +
        " in fp32 and bf16; " + difference_str(largest_difference(zg, g)) +
        " with --grad-comm bf16, because a receiver adds its own gradients unrounded: dp's primary "

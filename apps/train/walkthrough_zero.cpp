@@ -171,7 +171,7 @@ void zero_reduce(Prose& p, const ZeroRun& z, const WalkthroughMode& m, double re
 void zero_compare(Prose& p, const ZeroRun& z, const WalkthroughMode& m,
                   const std::vector<WalkthroughMode>& done) {
   const bool z3 = z.strategy == Strategy::zero3;
-  const WalkthroughMode* dp = find_mode(done, "dp");
+  const WalkthroughMode* dp = find_mode(done, "dp-output");
   const WalkthroughMode* zero1 = find_mode(done, "zero1");
   const WalkthroughMode* zero2 = find_mode(done, "zero2");
   // zero2 shards the gradients zero1 held whole; zero3 the weights zero2 held whole.
@@ -181,7 +181,7 @@ void zero_compare(Prose& p, const ZeroRun& z, const WalkthroughMode& m,
   const char* what = z3 ? "params" : "grads";
   const DeviceMemory& w0 = whole->memory[0];
   p.line("changed",
-         strf("%s peak per device %s, vs %s on %s with %s and %s with faithful dp", what,
+         strf("%s peak per device %s, vs %s on %s with %s and %s with dp-output", what,
               per_device(m.memory, &kind).c_str(), bytes_str(w0.tag(kind)).c_str(),
               w0.device.c_str(), whole->name.c_str(), bytes_str(dp->memory[0].tag(kind)).c_str()));
   // A device keeps its shard and what is in flight: zero3 two gathered units;
@@ -225,7 +225,7 @@ void zero_compare(Prose& p, const ZeroRun& z, const WalkthroughMode& m,
            per_device(zero1->memory, &opt) + "); params whole on every device, as zero1's");
   }
   p.more("total peak " + per_device(m.memory, nullptr) + "; zero1 " +
-         per_device(zero1->memory, nullptr) + "; faithful dp " + per_device(dp->memory, nullptr));
+         per_device(zero1->memory, nullptr) + "; dp-output " + per_device(dp->memory, nullptr));
 }
 
 }  // namespace fanout::train::walk

@@ -2,7 +2,7 @@
 // The walkthrough's zero2 and zero3 narration: the shards and units before the
 // first step, where step 1's bytes went (gradients reduce-scattered unit by unit
 // during backward; zero3's weight gathers, forward and backward), and each
-// device's peak memory per kind next to zero1's and faithful dp's.
+// device's peak memory per kind next to zero1's and dp-output's.
 
 #include <cstdint>
 #include <string>

@@ -170,7 +170,7 @@ TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the e
   auto rows = [&](const std::string& grad_comm) {
     std::string json = dir / ("b-" + grad_comm + ".json");
     auto r =
-        test::run_fanout(with(small_bench("--modes", "dp-replicas,zero1,ddp"),
+        test::run_fanout(with(small_bench("--modes", "dp,zero1,ddp"),
                               {"--devices", "cpu:0,cpu:1", "--grad-comm", grad_comm, "--json", json,
                                // a steady step: the first one also sends the fresh fp32 master
                                "--warmup", "1"}),
@@ -179,6 +179,9 @@ TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the e
     REQUIRE(r.rc == 0);
     CHECK(has(r.out, "sent/step"));
     CHECK(has(r.out, "fanout bf16 best: "));
+    CHECK(has(r.out,
+              "modes as fanout train flags: dp = --strategy dp; zero1 = --strategy zero1; "
+              "ddp = --strategy ddp (under fanout launch; overlaps by default)\n"));
     std::ifstream in(json);
     return nlohmann::json::parse(in)["results"];
   };
@@ -238,7 +241,7 @@ TEST_CASE("bench refuses flags it would ignore and two results on one path") {
 TEST_CASE("bench runs zero2 and zero3 and prints and writes each device's peak bytes per kind") {
   test::TempDir dir("fanout-bench");
   const std::string json = dir / "m.json";
-  auto r = test::run_fanout(with(small_bench("--modes", "dp-replicas,zero2,zero3"),
+  auto r = test::run_fanout(with(small_bench("--modes", "dp,zero2,zero3"),
                                  {"--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--batch-size", "4",
                                   "--precision", "fp32", "--warmup", "1", "--json", json}),
                             kTimeout);
@@ -248,7 +251,7 @@ TEST_CASE("bench runs zero2 and zero3 and prints and writes each device's peak b
   CHECK(has(r.out, "peak bytes per device in the timed steps, by kind"));
   std::ifstream in(json);
   nlohmann::json rows = nlohmann::json::parse(in)["results"];
-  REQUIRE(rows.size() == 4);  // the baseline, dp-replicas, zero2, zero3
+  REQUIRE(rows.size() == 4);  // the baseline, dp, zero2, zero3
   // The table prints the figures the JSON holds: rebuilt from it, it is in stdout.
   std::vector<train::BenchResult> results;
   for (const auto& row : rows) {
@@ -262,7 +265,7 @@ TEST_CASE("bench runs zero2 and zero3 and prints and writes each device's peak b
     results.push_back(b);
   }
   CHECK(has(r.out, train::bench_memory_table(results)));
-  REQUIRE(results[1].mode == "dp-replicas");
+  REQUIRE(results[1].mode == "dp");
   const train::DevicePeak& primary = results[1].peaks[0];
   for (int i : {2, 3}) {
     CAPTURE(results[i].mode);
@@ -273,13 +276,42 @@ TEST_CASE("bench runs zero2 and zero3 and prints and writes each device's peak b
       if (i == 3) CHECK(p.tag(MemTag::params) < primary.tag(MemTag::params));
     }
   }
-  CHECK(rows[1]["memory_vs_dp_replicas"].get<double>() == 1.0);
-  CHECK(rows[3]["memory_vs_dp_replicas"].get<double>() < 1.0);
-  CHECK(rows[0]["memory_vs_dp_replicas"].is_number());  // the one-device baseline, fp32
+  CHECK(rows[1]["memory_vs_dp"].get<double>() == 1.0);
+  CHECK(rows[3]["memory_vs_dp"].get<double>() < 1.0);
+  CHECK(rows[0]["memory_vs_dp"].is_number());  // the one-device baseline, fp32
+}
+
+TEST_CASE("bench --modes: help lists every mode, dp-replicas is dp, unknown names fail in a line") {
   auto help = test::run_fanout({"bench", "--help"}, kTimeout);
-  CHECK(has(help.out, "dp,dp-replicas,dp-overlap,zero1,zero2,zero3,ddp or all"));
-  auto bad = test::run_fanout(small_bench("--modes", "zero4"), kTimeout);
-  CHECK(bad.rc == 1);
-  CHECK(bad.err_lines() == 1);
-  CHECK(has(bad.err, "choose from dp, dp-replicas, dp-overlap, zero1, zero2, zero3, ddp"));
+  CHECK(has(help.out, "Comma-separated: dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp"));
+  CHECK(has(help.out, "dp-output = --strategy dp --loss-on output"));
+  CHECK(has(help.out, "dp-replicas is another name for dp"));
+  for (const std::string bad : {"zero4", "dp,dpp", "faithful"}) {
+    CAPTURE(bad);
+    auto r = test::run_fanout(small_bench("--modes", bad), kTimeout);
+    CHECK(r.rc == 1);
+    CHECK(r.err_lines() == 1);
+    CHECK(has(r.err, "--modes: unknown mode '"));
+    CHECK(has(r.err, "choose from dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp, or all"));
+    CHECK(r.out.empty());
+  }
+  // dp and its older name are one row; dp-output gathers the logits (the comm peak).
+  test::TempDir dir("fanout-bench");
+  auto r = test::run_fanout(
+      with(small_bench("--modes", "dp-replicas,dp,dp-output"),
+           {"--devices", "cpu:0,cpu:1", "--precision", "fp32", "--json", dir / "m.json"}),
+      kTimeout);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(!has(r.out, "dp-replicas"));
+  CHECK(has(r.out,
+            "modes as fanout train flags: dp = --strategy dp; dp-output = --strategy dp "
+            "--loss-on output\n"));
+  std::ifstream in(dir / "m.json");
+  nlohmann::json rows = nlohmann::json::parse(in)["results"];
+  REQUIRE(rows.size() == 3);  // the baseline, dp, dp-output
+  CHECK(rows[1]["mode"] == "dp");
+  CHECK(rows[2]["mode"] == "dp-output");
+  const auto comm = [&](int i) { return rows[i]["peak_bytes_by_kind"][0]["comm"].get<size_t>(); };
+  CHECK(comm(2) > comm(1));
 }

@@ -2,8 +2,8 @@
 // dp's, and each device's peak bytes per kind show what they shard (zero2 the
 // gradients, zero3 the weights too) on 4 CPU devices of the tiny preset; the
 // bytes they move match the units (zero3 gathers the layers twice). The memory
-// table prints every kind and puts each mode's ratio to dp-replicas' primary on
-// its largest device.
+// table prints every kind and puts each mode's ratio to dp's primary on its
+// largest device. Mode names mean what train's flags mean (dp-replicas: dp).
 
 #include <doctest/doctest.h>
 
@@ -36,26 +36,67 @@ size_t kind_sum(const DevicePeak& p) {
 
 }  // namespace
 
-TEST_CASE("bench_modes_parse knows zero2 and zero3, also in all, and names them when refusing") {
-  std::vector<BenchMode> m = bench_modes_parse("zero2,zero3");
-  REQUIRE(m.size() == 2);
-  CHECK(m[0].name == "zero2");
-  CHECK(m[0].strategy == parallel::Strategy::zero2);
-  CHECK(m[1].name == "zero3");
-  CHECK(m[1].strategy == parallel::Strategy::zero3);
-  for (const BenchMode& z : m) CHECK(z.loss_on == parallel::LossOn::replicas);
+TEST_CASE("bench mode names mean what train's flags mean: dp, dp-output, dp-replicas as dp") {
+  auto one = [](const std::string& name) {
+    std::vector<BenchMode> m = bench_modes_parse(name);
+    REQUIRE(m.size() == 1);
+    return m[0];
+  };
+  // dp: train's default --strategy dp, the loss on the replicas.
+  const BenchMode dp = one("dp");
+  CHECK(dp.name == "dp");
+  CHECK(dp.strategy == parallel::Strategy::dp);
+  CHECK(dp.loss_on == parallel::LossOn::replicas);
+  CHECK(!dp.overlap);
+  CHECK(bench_mode_flags(dp) == "--strategy dp");
+  // dp-output: --loss-on output, nn.DataParallel's placement.
+  const BenchMode out = one("dp-output");
+  CHECK(out.strategy == parallel::Strategy::dp);
+  CHECK(out.loss_on == parallel::LossOn::output);
+  CHECK(!out.overlap);
+  CHECK(bench_mode_flags(out) == "--strategy dp --loss-on output");
+  // dp-replicas: another name for dp, never a row of its own.
+  const BenchMode old = one("dp-replicas");
+  CHECK(old.name == "dp");
+  CHECK(old.loss_on == parallel::LossOn::replicas);
+  CHECK(bench_modes_parse("dp,dp-replicas").size() == 1);
+  CHECK(bench_modes_parse("dp-replicas,zero1,dp").size() == 2);
+  const BenchMode overlap = one("dp-overlap");
+  CHECK((overlap.loss_on == parallel::LossOn::replicas && overlap.overlap));
+  CHECK(bench_mode_flags(overlap) == "--strategy dp --overlap");
+  // ddp: train's --strategy ddp, which overlaps by default, the loss on the replicas.
+  const BenchMode ddp = one("ddp");
+  CHECK((ddp.strategy == parallel::Strategy::dp && ddp.loss_on == parallel::LossOn::replicas));
+  CHECK(ddp.overlap);
+  for (const char* z : {"zero1", "zero2", "zero3"}) {
+    CAPTURE(z);
+    const BenchMode m = one(z);
+    CHECK(parallel::strategy_name(m.strategy) == std::string(z));
+    CHECK(m.loss_on == parallel::LossOn::replicas);
+    CHECK(bench_mode_flags(m) == std::string("--strategy ") + z);
+  }
+}
+
+TEST_CASE("bench modes: all runs every mode once, an unknown name lists the valid ones") {
   std::vector<std::string> all;
   for (const BenchMode& b : bench_modes_parse("all")) all.push_back(b.name);
-  CHECK(all == std::vector<std::string>{"dp", "dp-replicas", "dp-overlap", "zero1", "zero2",
-                                        "zero3", "ddp"});
-  try {
-    bench_modes_parse("dp,zero4");
-    FAIL("zero4 was accepted");
-  } catch (const Error& e) {
-    CHECK(std::string(e.what()).find(
-              "unknown mode 'zero4' (choose from dp, dp-replicas, dp-overlap, zero1, zero2, "
-              "zero3, ddp)") != std::string::npos);
+  CHECK(all == std::vector<std::string>{"dp", "dp-output", "dp-overlap", "zero1", "zero2", "zero3",
+                                        "ddp"});
+  CHECK(bench_mode_names() == "dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp");
+  for (const char* bad : {"dp,zero4", "dp,,zero1", "DP", "all,dp", "dp-output-x"}) {
+    CAPTURE(bad);
+    try {
+      bench_modes_parse(bad);
+      FAIL("accepted");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("--modes: unknown mode '") != std::string::npos);
+      CHECK(what.find("(choose from dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp, or all; "
+                      "dp-replicas is another name for dp)") != std::string::npos);
+      CHECK(what.find('\n') == std::string::npos);
+    }
   }
+  CHECK_THROWS_WITH_AS(bench_modes_parse(""), doctest::Contains("--modes is empty"), Error);
 }
 
 TEST_CASE("bench peaks per kind: zero2 shards the gradients, zero3 the weights, on 4 devices") {
@@ -64,11 +105,11 @@ TEST_CASE("bench peaks per kind: zero2 shards the gradients, zero3 the weights, 
   setup.devices = {cpu_device(0), cpu_device(1), cpu_device(2), cpu_device(3)};
   setup.batch_size = 4, setup.seq_len = 8, setup.steps = 1, setup.warmup = 1;
   std::vector<BenchResult> rs;
-  for (const BenchMode& m : bench_modes_parse("dp-replicas,zero1,zero2,zero3"))
+  for (const BenchMode& m : bench_modes_parse("dp,zero1,zero2,zero3"))
     rs.push_back(bench_mode(setup, m));
   const models::LlamaLayout layout(setup.config);
   const size_t P = static_cast<size_t>(layout.total());
-  const BenchResult &dp = result(rs, "dp-replicas"), &z1 = result(rs, "zero1");
+  const BenchResult &dp = result(rs, "dp"), &z1 = result(rs, "zero1");
   const BenchResult &z2 = result(rs, "zero2"), &z3 = result(rs, "zero3");
   for (const BenchResult& r : rs) {
     CAPTURE(r.mode);
@@ -123,7 +164,7 @@ TEST_CASE("the memory table shows each kind and the ratio on a mode's largest de
     return p;
   };
   BenchResult base, z3, bf16;
-  base.mode = "dp-replicas";
+  base.mode = "dp";
   base.peaks = {peak("cpu:0", 4096, 8192), peak("cpu:1", 4096, 4096)};
   z3.mode = "zero3";
   z3.peaks = {peak("cpu:0", 1024, 2048), peak("cpu:1", 1024, 4096)};
@@ -136,18 +177,17 @@ TEST_CASE("the memory table shows each kind and the ratio on a mode's largest de
   CAPTURE(t);
   for (const char* kind : {"params", "grads", "optimizer", "activations", "comm", "total"})
     CHECK(t.find(kind) != std::string::npos);
-  CHECK(t.find("vs dp-replicas") != std::string::npos);
+  CHECK(t.find("vs dp") != std::string::npos);
   // The ratio on the row of the largest device, with every kind's bytes before it.
-  CHECK(t.find("dp-replicas              cpu:0                4.0 KiB         0 B         0 B"
+  CHECK(t.find("dp                       cpu:0                4.0 KiB         0 B         0 B"
                "         0 B         7 B     8.0 KiB  1.00x\n") != std::string::npos);
   CHECK(t.find("                         cpu:1                1.0 KiB         0 B         0 B"
                "         0 B         7 B     4.0 KiB  0.50x\n") != std::string::npos);
   CHECK(t.find("zero3 bf16               cpu:0                  512 B") != std::string::npos);
   CHECK(t.find("1.0 KiB  -\n") != std::string::npos);  // no bf16 baseline
-  CHECK(t.find("vs dp-replicas (fp32): a mode's largest device total / dp-replicas' cpu:0 "
-               "total, 8.0 KiB") != std::string::npos);
-  CHECK(t.find("vs dp-replicas (bf16): no ratio, dp-replicas did not run in bf16") !=
+  CHECK(t.find("vs dp (fp32): a mode's largest device total / dp's cpu:0 total, 8.0 KiB") !=
         std::string::npos);
+  CHECK(t.find("vs dp (bf16): no ratio, dp did not run in bf16") != std::string::npos);
 }
 
 TEST_CASE("device peaks round-trip through JSON with every kind") {

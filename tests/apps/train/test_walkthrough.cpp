@@ -1,6 +1,9 @@
 // The walkthrough narrates the engine's real numbers: the uneven scatter of 5
-// rows over 2 CPU devices with its byte counts, the (B, T, V) gather, P*4 bytes of
-// gradients, zero1's halved optimizer state, and losses that agree across modes.
+// rows over 2 CPU devices with its byte counts, dp-output's (B, T, V) gather, P*4
+// bytes of gradients, zero1's halved optimizer state, and losses that agree across
+// modes, under the names bench and train use; then a ddp step (computed). Its
+// summary compares warm steps: the median of several timed steps and their
+// spread (step_times_summarize, checked on given samples).
 // zero2 and zero3 quote their shards, the gradient bytes of zero1's reduce-scatter
 // and (zero3) the weight gathers the units predict, and peaks per kind within the
 // bounds of a shard plus 3 units in flight.
@@ -12,6 +15,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -85,6 +89,15 @@ std::pair<long long, long long> table_bytes(const std::string& text, const std::
   return {-1, -1};
 }
 
+// The summary's row of a mode: its name, median, IQR and min-max as printed.
+std::string summary_row(const std::string& name, const StepTimes& t) {
+  char buf[160], iqr[40], range[40];
+  std::snprintf(iqr, sizeof iqr, "%.2f-%.2f ms", t.q1, t.q3);
+  std::snprintf(range, sizeof range, "%.2f-%.2f ms", t.min, t.max);
+  std::snprintf(buf, sizeof buf, "%-11s %7.2f ms %17s %17s", name.c_str(), t.median, iqr, range);
+  return buf;
+}
+
 }  // namespace
 
 TEST_CASE("the walkthrough narrates the real scatter gather and gradient bytes") {
@@ -102,7 +115,7 @@ TEST_CASE("the walkthrough narrates the real scatter gather and gradient bytes")
   int64_t P = models::LlamaLayout(o.config).total(), V = o.config.vocab_size;
   CHECK(r.parameters == P);
   REQUIRE(r.modes.size() == 6);
-  const WalkthroughMode& dp = mode(r, "dp");
+  const WalkthroughMode& dp = mode(r, "dp-output");
   CHECK(dp.rows == std::vector<int64_t>{3, 2});
   CHECK(dp.scatter_bytes == std::vector<size_t>{3 * T * 4, 2 * T * 4});
   CHECK(has(s, "cpu:0 gets 3 rows (" + std::to_string(3 * T * 4) + " bytes of token ids)"));
@@ -113,9 +126,59 @@ TEST_CASE("the walkthrough narrates the real scatter gather and gradient bytes")
   CHECK(has(s, std::to_string(P * 4) + " bytes (P*4)"));
   CHECK(has(s, "broadcast " + std::to_string(P) + " parameters"));
   CHECK(has(s, "legend:"));
-  for (const char* title : {"1. faithful dp", "2. --loss-on replicas", "3. --overlap", "4. zero1",
-                            "5. zero2", "6. zero3"})
+  for (const char* title :
+       {"1. dp-output (--strategy dp --loss-on output): what nn.DataParallel does",
+        "2. dp (--strategy dp, the loss on the replicas)",
+        "3. dp-overlap (--strategy dp --overlap)", "4. zero1", "5. zero2", "6. zero3",
+        "7. ddp: one process per device", "8. precision"})
     CHECK(has(s, title));
+  CHECK(!has(s, "dp-replicas"));
+  CHECK(!has(s, "faithful dp"));
+  // The ddp step, computed for these 2 devices: P*4 bytes per rank (2(W-1)/W = 1).
+  CHECK(r.ddp.world == 2);
+  CHECK(r.ddp.sent_per_rank == P * 4);
+  CHECK(r.ddp.ring_formula == P * 4);
+  CHECK(has(s, std::to_string(P * 4) + " bytes sent and as many received = 2(W-1)/W x " +
+                   std::to_string(P * 4) + " gradient bytes"));
+  CHECK(has(s, "reduce-scatter step 1: r0 -> r1 c1, r1 -> r0 c0"));
+  // Warm timing: every mode's timed steps, summarised in its own line and the summary.
+  CHECK(has(s,
+            "summary (step time: median of each mode's warm, untraced timed steps, with the "
+            "IQR q1-q3 and min-max"));
+  for (const WalkthroughMode& m : r.modes) {
+    CAPTURE(m.name);
+    REQUIRE(m.timed_ms.size() == static_cast<size_t>(o.timed_steps));
+    const StepTimes t = step_times_summarize(m.timed_ms);
+    CHECK(t.min <= t.median);
+    CHECK(t.median <= t.max);
+    CHECK(has(s, step_times_str(t)));
+    CHECK(has(s, summary_row(m.name, t)));
+  }
+}
+
+TEST_CASE("step times summarise as the median, the quartiles and the extremes of the samples") {
+  StepTimes odd = step_times_summarize({5, 1, 4, 2, 3});
+  CHECK(odd.samples == 5);
+  CHECK(odd.median == 3);
+  CHECK(odd.q1 == 2);
+  CHECK(odd.q3 == 4);
+  CHECK(odd.min == 1);
+  CHECK(odd.max == 5);
+  CHECK(step_times_str(odd) == "3.00 ms (IQR 2.00-4.00, min-max 1.00-5.00 ms, 5 steps)");
+  // Even counts interpolate (numpy.percentile's default): 10 20 30 40.
+  StepTimes even = step_times_summarize({40, 10, 30, 20});
+  CHECK(even.median == 25);
+  CHECK(even.q1 == 17.5);
+  CHECK(even.q3 == 32.5);
+  // One slow step (a cold cache, a busy core) moves the extremes, not the median.
+  StepTimes outlier = step_times_summarize({4, 4, 4, 4, 100});
+  CHECK(outlier.median == 4);
+  CHECK(outlier.q3 == 4);
+  CHECK(outlier.max == 100);
+  StepTimes one = step_times_summarize({7});
+  CHECK((one.samples == 1 && one.median == 7 && one.q1 == 7 && one.q3 == 7 && one.max == 7));
+  CHECK(step_times_str(one) == "7.00 ms (IQR 7.00-7.00, min-max 7.00-7.00 ms, 1 step)");
+  CHECK(step_times_summarize({}).samples == 0);
 }
 
 TEST_CASE("walkthrough modes agree on the loss and differ in memory as narrated") {
@@ -124,8 +187,8 @@ TEST_CASE("walkthrough modes agree on the loss and differ in memory as narrated"
   o.seq_len = 16;
   std::ostringstream text;
   WalkthroughResult r = walkthrough_run(o, text);
-  const WalkthroughMode& dp = mode(r, "dp");
-  const WalkthroughMode& replicas = mode(r, "dp-replicas");
+  const WalkthroughMode& dp = mode(r, "dp-output");
+  const WalkthroughMode& replicas = mode(r, "dp");
   const WalkthroughMode& overlap = mode(r, "dp-overlap");
   const WalkthroughMode& zero1 = mode(r, "zero1");
   for (const WalkthroughMode* m :
@@ -168,7 +231,7 @@ TEST_CASE("walkthrough zero2 and zero3 quote their shards, reductions and gather
   const int64_t L = o.config.num_hidden_layers;
   const int64_t layers = layout.layer(L - 1).end - layout.layer(0).begin;
   const WalkthroughMode &zero1 = mode(r, "zero1"), &zero2 = mode(r, "zero2"),
-                        &zero3 = mode(r, "zero3"), &dp = mode(r, "dp-replicas");
+                        &zero3 = mode(r, "zero3"), &dp = mode(r, "dp");
   auto str = [](int64_t v) { return std::to_string(v); };
   // Shards: two halves of the flat buffer, quoted in elements.
   for (const WalkthroughMode* m : {&zero1, &zero2, &zero3}) {
@@ -236,6 +299,7 @@ TEST_CASE("fanout walkthrough exits 0 prints the legend and writes a trace that 
   CHECK(has(r.out, "legend:"));
   CHECK(has(r.out, "cpu:0 gets 3 rows (96 bytes of token ids)"));
   CHECK(has(r.out, "written to " + trace));
+  CHECK(has(r.out, "5 timed steps per mode after its 1 narrated (warm-up) step;"));
   CHECK(r.out.find('\033') == std::string::npos);
   std::ifstream in(trace);
   REQUIRE(in.good());
@@ -274,6 +338,8 @@ TEST_CASE("fanout walkthrough rejects bad flags with one line and a non-zero exi
            {"--steps", "", "--steps: an empty value"},
            {"--steps", "inf", "--steps: 'inf' is not a whole number"},
            {"--steps", "3000000000", "--steps: '3000000000' is out of range"},
+           {"--timed-steps", "0", "--timed-steps"},
+           {"--timed-steps", "", "--timed-steps: an empty value"},
        }) {
     std::vector<std::string> cmd = {"walkthrough"};
     if (bad.flag != "--trace") cmd.insert(cmd.end(), {"--trace", trace});
@@ -332,10 +398,10 @@ TEST_CASE("the precision section measures half the bytes for bf16 weights and bf
   WalkthroughResult r = walkthrough_run(o, text);
   std::string s = text.str();
   CAPTURE(s);
-  CHECK(has(s, "7. precision: what bf16 changes"));
+  CHECK(has(s, "8. precision: what bf16 changes"));
   REQUIRE(r.precision.size() == 6);
   const long long P = r.parameters;
-  for (const char* strategy : {"dp-replicas", "zero1"}) {
+  for (const char* strategy : {"dp", "zero1"}) {
     CAPTURE(strategy);
     const WalkthroughPrecisionRun& f = run(r, strategy, "fp32", "fp32");
     const WalkthroughPrecisionRun& b = run(r, strategy, "bf16", "fp32");
@@ -356,9 +422,9 @@ TEST_CASE("the precision section measures half the bytes for bf16 weights and bf
       CHECK(reduce == p->reduce_bytes);
     }
   }
-  const WalkthroughPrecisionRun& f = run(r, "dp-replicas", "fp32", "fp32");
-  const WalkthroughPrecisionRun& b = run(r, "dp-replicas", "bf16", "fp32");
-  const WalkthroughPrecisionRun& g = run(r, "dp-replicas", "bf16", "bf16");
+  const WalkthroughPrecisionRun& f = run(r, "dp", "fp32", "fp32");
+  const WalkthroughPrecisionRun& b = run(r, "dp", "bf16", "fp32");
+  const WalkthroughPrecisionRun& g = run(r, "dp", "bf16", "bf16");
   // Step 1 sent the fresh fp32 master whatever the precision.
   CHECK(f.first_replicate_bytes == P * 4);
   CHECK(b.first_replicate_bytes == P * 4);
