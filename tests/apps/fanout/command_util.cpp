@@ -11,8 +11,7 @@
 #include <thread>
 
 #include "tests/apps/fanout/checkpoint_util.h"
-
-extern char** environ;
+#include "tests/apps/fanout/launch_util.h"
 
 namespace fanout::test {
 
@@ -20,14 +19,7 @@ Command::Command(const std::vector<std::string>& args, const std::vector<std::st
                  const std::string& log)
     : log_(log) {
   // Everything the child needs is built before fork: after it, only exec.
-  std::vector<std::string> envs, a = args;
-  for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
-  for (const std::string& entry : env) {
-    size_t eq = entry.find('=');
-    std::string key = entry.substr(0, eq) + "=";
-    std::erase_if(envs, [&](const std::string& s) { return s.rfind(key, 0) == 0; });
-    if (eq != std::string::npos) envs.push_back(entry);
-  }
+  std::vector<std::string> envs = ddp::child_environment(env), a = args;
   std::vector<char*> argv, envp;
   for (std::string& s : a) argv.push_back(s.data());
   argv.push_back(nullptr);

@@ -1,5 +1,7 @@
 #include "tests/apps/fanout/launch_util.h"
 
+#include <doctest/doctest.h>
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -7,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -38,13 +41,7 @@ std::string tiny_text() {
 }
 }  // namespace
 
-// --- FanoutProcess ------------------------------------------------------------
-
-FanoutProcess::FanoutProcess(const std::vector<std::string>& args,
-                             const std::vector<std::string>& env, const std::string& log_dir,
-                             const std::string& name)
-    : out_path_(log_dir + "/" + name + ".out"), err_path_(log_dir + "/" + name + ".err") {
-  // Everything the child needs is built before fork: after it, only exec.
+std::vector<std::string> child_environment(const std::vector<std::string>& env) {
   std::vector<std::string> envs;
   for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
   for (const std::string& entry : env) {
@@ -53,6 +50,27 @@ FanoutProcess::FanoutProcess(const std::vector<std::string>& args,
     std::erase_if(envs, [&](const std::string& s) { return s.rfind(key, 0) == 0; });
     if (eq != std::string::npos) envs.push_back(entry);
   }
+  return envs;
+}
+
+void check_no_process_left(const std::string& marker) {
+  std::vector<pid_t> left;
+  for (int i = 0; i < 100; ++i) {  // a rank killed a moment ago may still be exiting
+    left = processes_with_env(marker);
+    if (left.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(left.empty());
+}
+
+// --- FanoutProcess ------------------------------------------------------------
+
+FanoutProcess::FanoutProcess(const std::vector<std::string>& args,
+                             const std::vector<std::string>& env, const std::string& log_dir,
+                             const std::string& name)
+    : out_path_(log_dir + "/" + name + ".out"), err_path_(log_dir + "/" + name + ".err") {
+  // Everything the child needs is built before fork: after it, only exec.
+  std::vector<std::string> envs = child_environment(env);
   std::vector<char*> envp, argv;
   for (std::string& s : envs) envp.push_back(s.data());
   envp.push_back(nullptr);

@@ -47,6 +47,14 @@ class FanoutProcess {
   std::string out_path_, err_path_;
 };
 
+// This process's environment with `env` applied: "NAME=value" entries set,
+// entries without '=' unset (what a child started with them sees).
+std::vector<std::string> child_environment(const std::vector<std::string>& env);
+
+// No process of the run is alive (orphans would be reparented, so look by the
+// env entry `marker`); a CHECK.
+void check_no_process_left(const std::string& marker);
+
 // Waits until every process has exited or `timeout_s` passed; true if all did.
 bool wait_all(const std::vector<FanoutProcess*>& procs, double timeout_s);
 

@@ -45,16 +45,6 @@ bool wait_for_line(const std::string& path, double timeout_s, FanoutProcess& p) 
   return false;
 }
 
-// No process of the run is alive (orphans would be reparented, so look by env).
-void check_no_process_left(const std::string& marker) {
-  std::vector<pid_t> left;
-  for (int i = 0; i < 100; ++i) {  // a rank killed a moment ago may still be exiting
-    left = processes_with_env(marker);
-    if (left.empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  CHECK(left.empty());
-}
 }  // namespace
 
 TEST_CASE("launch reports a killed ddp rank and the others stop naming it") {

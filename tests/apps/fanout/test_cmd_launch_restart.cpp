@@ -105,17 +105,6 @@ bool wait_for_path(const std::string& path, FanoutProcess& launch, double timeou
   return false;
 }
 
-// No process of the run is alive (orphans would be reparented, so look by env).
-void check_no_process_left(const std::string& marker) {
-  std::vector<pid_t> left;
-  for (int i = 0; i < 100; ++i) {  // a rank killed a moment ago may still be exiting
-    left = processes_with_env(marker);
-    if (left.empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  CHECK(left.empty());
-}
-
 bool bits_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
