@@ -8,17 +8,17 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
-#include <gloo/rendezvous/store.h>
-#include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
 #include "engine/core/check.h"
 #include "engine/parallel/communicator.h"
+#include "engine/parallel/gloo_mesh.h"
 
 namespace fanout::parallel {
 
@@ -26,22 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Buffer = std::unique_ptr<gloo::transport::UnboundBuffer>;
-
-class RendezvousStore final : public gloo::rendezvous::Store {
- public:
-  explicit RendezvousStore(Rendezvous& r) : r_(r) {}
-  void set(const std::string& key, const std::vector<char>& data) override { r_.set(key, data); }
-  std::vector<char> get(const std::string& key) override { return r_.get(key); }
-  void wait(const std::vector<std::string>& keys) override {
-    for (const auto& k : keys) r_.get(k);
-  }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
-    wait(keys);  // the rendezvous bounds every get by its own timeout
-  }
-
- private:
-  Rendezvous& r_;
-};
 
 constexpr uint8_t kSlotPrefix = 0x43;  // 'C'; the context is ours alone
 
@@ -53,13 +37,10 @@ class GlooCommunicator final : public Communicator {
         store_(r),
         prefixed_(name, store_),
         timeout_(static_cast<int64_t>(timeout_s * 1000)) {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = r.local_address();  // where the other ranks reach this one
     try {
-      device_ = gloo::transport::tcp::CreateDevice(attr);
-      context_ = std::make_shared<gloo::rendezvous::Context>(r.rank(), r.world());
-      context_->setTimeout(timeout_);
-      context_->connectFullMesh(prefixed_, device_);
+      GlooMesh m = gloo_connect_mesh(r, prefixed_, timeout_);
+      device_ = std::move(m.device);
+      context_ = std::move(m.context);
     } catch (const std::exception& e) {
       fail("connecting the members", e.what());
     }
@@ -88,11 +69,35 @@ class GlooCommunicator final : public Communicator {
       for (Buffer& b : out)
         if (!b->waitSend(left(deadline))) throw std::runtime_error("send aborted");
     } catch (const std::exception& e) {
+      strand(std::move(out), std::move(in), sends, recvs);
       fail(doing(), e.what());
     }
   }
 
  private:
+  // Note [Buffers of a failed exchange]
+  // After a failure gloo's loop thread may still complete the exchange's sends
+  // and receives (a late peer's data, an error completion): destroying their
+  // buffers, or freeing the memory they point into, would race with it. So they
+  // are kept, with the tensors they point into and the transport they hold, for
+  // the rest of the process: a failed communicator is never used again, and the
+  // leak is one exchange's buffers per failure.
+  void strand(std::vector<Buffer> out, std::vector<Buffer> in, const std::vector<Tensor>& sends,
+              const std::vector<Tensor>& recvs) {
+    struct Stranded {
+      std::vector<Buffer> out, in;
+      std::vector<Tensor> sends, recvs;
+      std::shared_ptr<gloo::transport::Device> device;
+      std::shared_ptr<gloo::rendezvous::Context> context;
+    };
+    static std::mutex mu;
+    static auto* kept = new std::vector<std::unique_ptr<Stranded>>();  // never freed, on purpose
+    auto s = std::make_unique<Stranded>(
+        Stranded{std::move(out), std::move(in), sends, recvs, device_, context_});
+    std::lock_guard<std::mutex> lock(mu);
+    kept->push_back(std::move(s));
+  }
+
   // What is left of the time until `deadline` (at least 1 ms: gloo takes 0 as unset).
   static std::chrono::milliseconds left(Clock::time_point deadline) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -105,7 +110,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   Rendezvous& rendezvous_;
-  RendezvousStore store_;
+  GlooRendezvousStore store_;
   gloo::rendezvous::PrefixStore prefixed_;
   std::chrono::milliseconds timeout_;
   std::shared_ptr<gloo::transport::Device> device_;

@@ -15,33 +15,16 @@
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
-#include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
 #include "engine/core/check.h"
+#include "engine/parallel/gloo_mesh.h"
 #include "engine/parallel/process_group.h"
 
 namespace fanout::parallel {
 
 namespace {
-
-class StoreAdapter final : public gloo::rendezvous::Store {
- public:
-  explicit StoreAdapter(Rendezvous& r) : r_(r) {}
-  void set(const std::string& key, const std::vector<char>& data) override { r_.set(key, data); }
-  std::vector<char> get(const std::string& key) override { return r_.get(key); }
-  void wait(const std::vector<std::string>& keys) override {
-    for (const auto& k : keys) r_.get(k);
-  }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
-    wait(keys);
-  }
-
- private:
-  Rendezvous& r_;
-};
 
 // Separate tags keep gradient buckets (comm stream) and host scalars (host
 // thread) from pairing with each other if they ever overlap.
@@ -83,13 +66,11 @@ void ring_step(gloo::transport::UnboundBuffer& from, size_t from_at, size_t send
 class GlooGroup final : public ProcessGroup {
  public:
   GlooGroup(Rendezvous& r, double timeout_s) : ProcessGroup(r), store_(r) {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = r.local_address();  // where the other ranks reach this one
     try {
-      device_ = gloo::transport::tcp::CreateDevice(attr);
-      context_ = std::make_shared<gloo::rendezvous::Context>(r.rank(), r.world());
-      context_->setTimeout(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-      context_->connectFullMesh(store_, device_);
+      GlooMesh m = gloo_connect_mesh(
+          r, store_, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+      device_ = std::move(m.device);
+      context_ = std::move(m.context);
     } catch (const std::exception& e) {
       fail("connecting the ranks", e.what());
     }
@@ -329,7 +310,7 @@ class GlooGroup final : public ProcessGroup {
                                         rendezvous_.describe_failure(), " (gloo: ", cause, ")"));
   }
 
-  StoreAdapter store_;
+  GlooRendezvousStore store_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::mutex grad_mu_;
