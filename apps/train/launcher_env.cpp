@@ -14,6 +14,9 @@ namespace fanout::train {
 // launchers come before Slurm: mpirun or mpiexec inside an sbatch script
 // inherits the batch step's SLURM_PROCID=0 on every rank, while srun itself
 // sets no OMPI_COMM_WORLD_* variables and sets PMI_RANK equal to SLURM_PROCID.
+// So PMI's variables make an MPI launch only with MPICH's (Hydra's)
+// MPI_LOCALRANKID or outside Slurm: `srun --mpi=pmi2` or `--mpi=pmix` sets
+// PMI_RANK or PMIX_RANK and no local rank, and is Slurm's launch.
 
 namespace {
 
@@ -224,7 +227,8 @@ LauncherEnv launcher_env_read(const EnvLookup& get) {
     e.launcher = "RANK/WORLD_SIZE";
   } else if (any.opt("OMPI_COMM_WORLD_RANK")) {
     e = read_mpi(Reader{get, "Open MPI"}, true);
-  } else if (any.opt("PMI_RANK") || any.opt("PMIX_RANK")) {
+  } else if ((any.opt("PMI_RANK") || any.opt("PMIX_RANK")) &&
+             (any.opt("MPI_LOCALRANKID") || !any.opt("SLURM_PROCID"))) {
     e = read_mpi(Reader{get, "MPICH/PMI"}, false);
   } else if (any.opt("SLURM_PROCID")) {
     e = read_slurm(Reader{get, "slurm"});

@@ -126,6 +126,7 @@ Tensor tensor_from_host(Stream& stream, const void* data, Shape shape, DType dty
 }
 
 void tensor_upload(Stream& stream, const Tensor& dst, const void* data) {
+  if (dst.nbytes() == 0) return;  // an empty piece may come with a null data
   if (dst.device().is_cpu()) {
     stream.synchronize();  // nothing queued may still be using dst
     std::memcpy(dst.raw(), data, dst.nbytes());
@@ -137,11 +138,12 @@ void tensor_upload(Stream& stream, const Tensor& dst, const void* data) {
 }
 
 void tensor_to_host(Stream& stream, const Tensor& src, void* out) {
-  if (src.device().is_cuda()) {
+  if (src.device().is_cuda() && src.nbytes() > 0) {
     cuda_memcpy_async(out, src.raw(), src.nbytes(), CudaCopy::device_to_host, stream.cuda_handle());
   }
   stream.synchronize();
-  if (src.device().is_cpu()) std::memcpy(out, src.raw(), src.nbytes());
+  // An empty piece may come with a null out: memcpy's arguments must not be null.
+  if (src.device().is_cpu() && src.nbytes() > 0) std::memcpy(out, src.raw(), src.nbytes());
 }
 
 }  // namespace fanout

@@ -245,6 +245,9 @@ TEST_CASE("explicit variables win over slurm and MPI; MPI over slurm's batch ste
   CHECK(read(with(kSlurm, kOmpi)).launcher == "open mpi");
   CHECK(read(with(kSlurm, kPmi)).launcher == "pmi");
   CHECK(read(with(kOmpi, kPmi)).launcher == "open mpi");
+  // srun --mpi=pmi2 / pmix: PMI's rank without Hydra's local rank is srun's launch.
+  CHECK(read(with(kSlurm, {{"PMI_RANK", kSlurm.at("SLURM_PROCID")}})).launcher == "slurm");
+  CHECK(read(with(kSlurm, {{"PMIX_RANK", kSlurm.at("SLURM_PROCID")}})).launcher == "slurm");
 }
 
 // --- errors --------------------------------------------------------------------
