@@ -28,7 +28,7 @@ constexpr const char* kLooked =
 // Reads the variables of one launcher, naming it in its errors.
 struct Reader {
   const EnvLookup& get;
-  std::string who;  // "torchrun", for "--strategy ddp under torchrun needs ..."
+  std::string who;  // "torchrun", for "a multi-process run under torchrun needs ..."
 
   std::optional<std::string> opt(const std::string& name) const {
     auto v = get(name);
@@ -37,8 +37,8 @@ struct Reader {
   }
   std::string str(const std::string& name) const {
     auto v = opt(name);
-    FANOUT_CHECK(v.has_value(), "--strategy ddp under ", who, " needs the environment variable ",
-                 name);
+    FANOUT_CHECK(v.has_value(), "a multi-process run under ", who,
+                 " needs the environment variable ", name);
     return *v;
   }
   int num(const std::string& name, int lo = 0) const { return parse(name, str(name), lo); }
@@ -94,7 +94,7 @@ int port_or_derived(const Reader& r, const std::optional<std::string>& id, const
     FANOUT_CHECK(p < 65536, "bad MASTER_PORT='", p, "' (not a port number)");
     return p;
   }
-  FANOUT_CHECK(id.has_value(), "--strategy ddp under ", r.who,
+  FANOUT_CHECK(id.has_value(), "a multi-process run under ", r.who,
                " needs MASTER_PORT (the launcher gives no job id to derive one from); set it to "
                "the same free port on every rank");
   return port_from_job_id(*id, var);
@@ -140,9 +140,10 @@ LauncherEnv read_slurm(const Reader& r) {
   } else {
     var = r.opt("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
     auto list = r.opt(var);
-    FANOUT_CHECK(list.has_value(),
-                 "--strategy ddp under slurm needs MASTER_ADDR or SLURM_JOB_NODELIST (the first "
-                 "host is the master)");
+    FANOUT_CHECK(
+        list.has_value(),
+        "a multi-process run under slurm needs MASTER_ADDR or SLURM_JOB_NODELIST (the first "
+        "host is the master)");
     e.master_addr = slurm_hostlist_expand(*list, var).front();
   }
   e.master_port = port_or_derived(r, job, "SLURM_JOB_ID");
@@ -177,7 +178,7 @@ LauncherEnv read_mpi(const Reader& r, bool open_mpi) {
   if (auto addr = r.opt("MASTER_ADDR")) {
     e.master_addr = *addr;
   } else {
-    FANOUT_CHECK(e.local_world == e.world, "--strategy ddp under ", r.who, " on ",
+    FANOUT_CHECK(e.local_world == e.world, "a multi-process run under ", r.who, " on ",
                  plural(e.nodes, "node"),
                  " needs MASTER_ADDR: set it to the address of the host of rank 0 on every rank");
     e.master_addr = "127.0.0.1";

@@ -166,10 +166,14 @@ void Rendezvous::send_request(char type, const std::string& key, const std::vect
                ": lost the connection to the master (rank 0)");
 }
 
-std::vector<char> Rendezvous::read_reply(std::chrono::milliseconds timeout) {
+std::vector<char> Rendezvous::read_reply(std::chrono::milliseconds timeout,
+                                         const std::string& key) {
   wire::Frame f;
   std::string why;
   Read r = read_frame(fd_, f, Clock::now() + timeout, why);
+  // The master answers a get once another rank has set the key.
+  FANOUT_CHECK(r != Read::kTimeout || key.empty(), "rank ", rank_, ": no rank set the key '",
+               wire::printable(key), "' within ", timeout.count() / 1000.0, " s");
   FANOUT_CHECK(r != Read::kTimeout, "rank ", rank_, ": no answer from the master within ",
                timeout.count() / 1000.0, " s");
   FANOUT_CHECK(r != Read::kClosed, "rank ", rank_, ": the master (rank 0) closed the connection");
@@ -187,13 +191,13 @@ void Rendezvous::set(const std::string& key, const std::vector<char>& value) {
 std::vector<char> Rendezvous::get(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   send_request(wire::kGet, key, {});
-  return read_reply(timeout_);
+  return read_reply(timeout_, key);
 }
 
-std::vector<int> Rendezvous::dead_ranks() {
+std::optional<std::vector<int>> Rendezvous::rank_list(char request) {
   std::lock_guard<std::mutex> lock(mu_);
   try {
-    send_request(wire::kDead, "", {});
+    send_request(request, "", {});
     std::vector<char> v = read_reply(std::chrono::milliseconds(2000));
     // "2,5": ranks in [0, world); anything else is not what a fanout master says.
     std::vector<int> out;
@@ -201,14 +205,22 @@ std::vector<int> Rendezvous::dead_ranks() {
     while (!s.empty()) {
       size_t comma = s.find(',');
       auto r = wire::parse_int(s.substr(0, comma), 0, world_ - 1);
-      if (!r || (comma != std::string_view::npos && comma + 1 == s.size())) return {0};
+      if (!r || (comma != std::string_view::npos && comma + 1 == s.size())) return std::nullopt;
       out.push_back(static_cast<int>(*r));
       s.remove_prefix(comma == std::string_view::npos ? s.size() : comma + 1);
     }
     return out;
   } catch (...) {
-    return {0};  // the master itself is unreachable
+    return std::nullopt;
   }
+}
+
+std::vector<int> Rendezvous::dead_ranks() {
+  return rank_list(wire::kDead).value_or(std::vector<int>{0});  // no answer: the master is gone
+}
+
+std::vector<int> Rendezvous::absent_ranks() {
+  return rank_list(wire::kAbsent).value_or(std::vector<int>{});
 }
 
 std::string Rendezvous::describe_failure() {
@@ -219,11 +231,18 @@ std::string Rendezvous::describe_failure() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     dead = dead_ranks();
   }
-  if (dead.empty()) return "no rank has died";
   if (dead == std::vector<int>{0} && rank_ != 0) return "the master (rank 0) died";
-  std::string list;
-  for (int r : dead) list += (list.empty() ? "" : ", ") + std::to_string(r);
-  return (dead.size() == 1 ? "rank " : "ranks ") + list + " died";
+  auto ranks = [](const std::vector<int>& rs) {
+    std::string list;
+    for (int r : rs) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    return (rs.size() == 1 ? "rank " : "ranks ") + list;
+  };
+  if (!dead.empty()) return ranks(dead) + " died";
+  // A rank that never started (or cannot reach the master) leaves the others
+  // waiting for its keys: name it rather than blame nobody.
+  std::vector<int> absent = absent_ranks();
+  if (!absent.empty()) return ranks(absent) + " never connected";
+  return "no rank has died";
 }
 
 }  // namespace fanout::parallel

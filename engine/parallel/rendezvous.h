@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,11 @@ class Rendezvous {
   // Ranks whose connection closed without saying goodbye; {0} when the master
   // itself is gone. Never throws.
   std::vector<int> dead_ranks();
-  // "rank 2 died", "the master (rank 0) died", or "no rank has died".
+  // Ranks that have never said hello to the master (never started, or cannot
+  // reach it); {} when the master cannot be asked. Never throws.
+  std::vector<int> absent_ranks();
+  // "rank 2 died", "the master (rank 0) died", "rank 1 never connected" or
+  // "no rank has died".
   std::string describe_failure();
 
  private:
@@ -74,7 +79,11 @@ class Rendezvous {
   void send_request(char type, const std::string& key, const std::vector<char>& value);
   // The value of the master's next reply; fanout::Error on a timeout, a closed
   // connection, a refusal or anything that is not a well-formed, bounded reply.
-  std::vector<char> read_reply(std::chrono::milliseconds timeout);
+  // `key`: the key a get waits for, named in its timeout error.
+  std::vector<char> read_reply(std::chrono::milliseconds timeout, const std::string& key = "");
+  // Asks for a list of ranks ('D' or 'A'); nullopt when the master cannot be
+  // asked or answers anything but ranks in [0, world).
+  std::optional<std::vector<int>> rank_list(char request);
 
   int rank_, world_;
   std::chrono::milliseconds timeout_;

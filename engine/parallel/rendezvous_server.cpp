@@ -37,7 +37,7 @@ namespace fanout::parallel {
 namespace {
 using wire::Limits;
 constexpr Limits kHelloLimits{"H", wire::kMaxHelloField, wire::kMaxHelloValue};
-constexpr Limits kRankLimits{"HSGDB", wire::kMaxKey, wire::kMaxValue};
+constexpr Limits kRankLimits{"HSGDAB", wire::kMaxKey, wire::kMaxValue};
 constexpr Limits kAfterBye{"", 0, 0};
 constexpr size_t kMaxUnregistered = 64;
 constexpr auto kHelloWithin = std::chrono::seconds(10);
@@ -191,11 +191,12 @@ void RendezvousServer::handle(int fd, Conn& c, wire::Frame& f) {
       if (c.waiting.size() >= kMaxWaiting) return drop(c, "too many pending gets");
       c.waiting.push_back(std::move(f.key));
       return flush_gets(fd, c);
-    case wire::kDead: {
-      if (!f.key.empty() || !empty_value) return drop(c, "a malformed dead-ranks request");
+    case wire::kDead:
+    case wire::kAbsent: {
+      if (!f.key.empty() || !empty_value) return drop(c, "a malformed ranks request");
       std::string list;
       for (int r = 0; r < world_; ++r) {
-        if (!slots_[r].dead) continue;
+        if (f.type == wire::kDead ? !slots_[r].dead : slots_[r].seen) continue;
         if (!list.empty()) list += ',';
         list += std::to_string(r);
       }
@@ -243,6 +244,7 @@ void RendezvousServer::hello(int fd, Conn& c, const wire::Frame& f) {
   Slot& s = slots_[*rank];
   s.fd = fd;
   s.dead = false;
+  s.seen = true;
   c.rank = static_cast<int>(*rank);
   c.in.set_limits(kRankLimits);
   publish();

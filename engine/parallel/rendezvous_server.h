@@ -58,6 +58,7 @@ class RendezvousServer {
     int fd = -1;             // its live registered connection
     bool committed = false;  // its holder made a request: the place is taken for good
     bool dead = false;
+    bool seen = false;  // it has said hello once
   };
 
   void serve() noexcept;

@@ -19,10 +19,10 @@ namespace fanout::parallel::wire {
 
 // Requests: 'H' hello (key = rank, value = hello_value(): world size, job and
 // secret; answered 'R' or 'E'),
-// 'S' set, 'G' get (answered once the key exists), 'D' dead ranks (answered at
-// once), 'B' bye. Replies: 'R' (value = the answer), 'E' (value = why the
-// master refused this connection; it closes it next).
-constexpr char kHello = 'H', kSet = 'S', kGet = 'G', kDead = 'D', kBye = 'B';
+// 'S' set, 'G' get (answered once the key exists), 'D' dead ranks and 'A' ranks
+// that never said hello (both answered at once), 'B' bye. Replies: 'R' (value = the answer), 'E'
+// (value = why the master refused this connection; it closes it next).
+constexpr char kHello = 'H', kSet = 'S', kGet = 'G', kDead = 'D', kAbsent = 'A', kBye = 'B';
 constexpr char kReply = 'R', kRefused = 'E';
 
 // Gloo's addresses (about 100 bytes per peer) and NCCL's 128-byte id are far below these.

@@ -323,3 +323,27 @@ TEST_CASE("rendezvous: a registered rank's disconnection without a bye is report
     CHECK(job[0].dead_ranks().empty());
   }
 }
+
+TEST_CASE(
+    "rendezvous: a rank that never connects is named, and a get waiting for it names its key") {
+  Job job(3, 2);
+  CHECK(job[0].absent_ranks() == std::vector<int>{2});
+  CHECK(job[1].absent_ranks() == std::vector<int>{2});
+  CHECK(job[1].describe_failure() == "rank 2 never connected");
+  // A get for a key only the missing rank would set fails in time, naming it.
+  Job late(3, 1);
+  parallel::RendezvousOptions short_wait = job_options(late.port, 1, 3);
+  short_wait.timeout = std::chrono::milliseconds(300);
+  parallel::Rendezvous rank1(short_wait);
+  CHECK_THROWS_WITH(rank1.get("key/2"), "rank 1: no rank set the key 'key/2' within 0.3 s");
+  CHECK(late[0].absent_ranks() == std::vector<int>{2});
+  // Once it has said hello it is no longer absent; gone without a bye, it died.
+  {
+    Stranger s(job.port);
+    s.send(hello("2", "3"));
+    CHECK(s.read_n(9) == ack());
+    CHECK(job[0].absent_ranks().empty());
+  }
+  REQUIRE(wait_dead(job, 0, {2}));
+  CHECK(job[1].describe_failure() == "rank 2 died");
+}
