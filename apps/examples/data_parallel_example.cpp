@@ -8,9 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "apps/data/tokenizer.h"
 #include "apps/train/loss_functions.h"
 #include "apps/train/optimizer.h"
-#include "apps/train/tokenizer.h"
 #include "engine/parallel/data_parallel.h"
 #include "models/llama_model.h"
 
@@ -40,7 +40,7 @@ int main() {
   // 4. Data: 8 rows of 32 bytes from a repeating sentence, targets shifted by one.
   std::string text;
   while (text.size() < 8 * 33) text += "the quick brown fox jumps over the lazy dog. ";
-  std::vector<int32_t> ids = train::byte_encode(text);
+  std::vector<int32_t> ids = data::byte_encode(text);
   int64_t B = 8, T = 32;
   std::vector<int32_t> inputs, targets;
   for (int64_t r = 0; r < B; ++r) {

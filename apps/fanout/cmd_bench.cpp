@@ -21,8 +21,8 @@
 
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
-#include "apps/train/bench.h"
-#include "apps/train/bench_svg.h"
+#include "apps/presentation/bench.h"
+#include "apps/presentation/bench_svg.h"
 #include "apps/train/ddp_env.h"
 #include "apps/train/device_memory.h"
 #include "apps/train/memory_check.h"
@@ -62,7 +62,7 @@ nlohmann::json phases_json(const parallel::PhaseTimes& p) {
           {"reduce", p.reduce},   {"optimizer", p.optimizer}};
 }
 
-void print_row(const train::BenchResult& r, double base) {
+void print_row(const presentation::BenchResult& r, double base) {
   const parallel::PhaseTimes& p = r.phases;
   auto ms = [](double s) { return s * 1e3; };
   std::string label = r.mode + (r.precision == "bf16" ? " bf16" : "");
@@ -79,9 +79,9 @@ void print_row(const train::BenchResult& r, double base) {
   std::printf("\n");
 }
 
-nlohmann::json result_json(const train::BenchResult& r) {
+nlohmann::json result_json(const presentation::BenchResult& r) {
   nlohmann::json peaks = nlohmann::json::array();
-  for (const auto& p : r.peaks) peaks.push_back(train::device_peak_json(p));
+  for (const auto& p : r.peaks) peaks.push_back(presentation::device_peak_json(p));
   return {{"mode", r.mode},
           {"devices", r.devices},
           {"precision", r.precision},
@@ -123,8 +123,8 @@ std::string exact_str(double v) {
 // The ddp row: `fanout launch` starts one bench-worker per device; each rank
 // writes its figures to FILE.rankR, merged here (tokens/s and phases of rank 0,
 // every rank's peak bytes).
-train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devices,
-                             const std::string& precision) {
+presentation::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devices,
+                                    const std::string& precision) {
   for (const Device& d : devices) {
     FANOUT_CHECK(d.kind == devices[0].kind, "ddp in fanout bench needs devices of one kind");
   }
@@ -175,7 +175,7 @@ train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devi
   }
   FANOUT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                "the ddp row failed (fanout launch exited with ", WEXITSTATUS(status), ")");
-  train::BenchResult r;
+  presentation::BenchResult r;
   r.mode = "ddp (" + std::to_string(devices.size()) + " processes)";
   r.devices = devices_str(devices);
   for (size_t rank = 0; rank < devices.size(); ++rank) {
@@ -191,7 +191,7 @@ train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devi
                   p["loss"],    p["backward"],  p["reduce"],  p["optimizer"]};
     }
     for (const auto& peak : j["peaks"]) {
-      r.peaks.push_back(train::device_peak_from_json(peak));  // with each kind's peak
+      r.peaks.push_back(presentation::device_peak_from_json(peak));  // with each kind's peak
       r.peaks.back().device = "rank " + std::to_string(rank) + " " + r.peaks.back().device;
     }
   }
@@ -199,7 +199,7 @@ train::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devi
 }
 
 int run_bench_worker(const BenchArgs& a) {
-  train::BenchSetup setup;
+  presentation::BenchSetup setup;
   setup.config = config_of(a);
   setup.ddp = train::ddp_env_from_environment();
   Device d = train::ddp_device(setup.ddp, devices_parse(a.devices));
@@ -215,7 +215,8 @@ int run_bench_worker(const BenchArgs& a) {
   // silently: the launcher line would land inside the bench's table.
   train::DdpGroup group = train::ddp_connect(setup.ddp, d, train::TrainOptions{}.timeout, false);
   setup.group = group.group.get();
-  train::BenchResult r = train::bench_mode(setup, train::bench_modes_parse("ddp")[0]);
+  presentation::BenchResult r =
+      presentation::bench_mode(setup, presentation::bench_modes_parse("ddp")[0]);
   file_write_atomic(a.json + ".rank" + std::to_string(setup.ddp.rank), result_json(r).dump() + "\n",
                     "--json");
   return 0;
@@ -315,7 +316,7 @@ int run_bench(const BenchArgs& given) {
                "--precision must be fp32, bf16 or both, got '", a.precision, "'");
   FANOUT_CHECK(a.grad_comm == "fp32" || a.grad_comm == "bf16",
                "--grad-comm must be fp32 or bf16, got '", a.grad_comm, "'");
-  train::BenchSetup setup;
+  presentation::BenchSetup setup;
   setup.config = config_of(a);
   setup.devices = devices_parse(a.devices);
   devices_check_available(setup.devices);
@@ -337,14 +338,14 @@ int run_bench(const BenchArgs& given) {
   FANOUT_CHECK(a.bucket_mb > 0, "--bucket-mb must be positive, got ", a.bucket_mb);
   FANOUT_CHECK(a.seq_len <= setup.config.max_position_embeddings, "--seq-len ", a.seq_len,
                " exceeds max_position_embeddings ", setup.config.max_position_embeddings);
-  std::vector<train::BenchMode> modes = train::bench_modes_parse(a.modes);
+  std::vector<presentation::BenchMode> modes = presentation::bench_modes_parse(a.modes);
   // Before anything runs: the one-device baseline (the whole batch on devices[0]),
   // and every mode that gathers the logits onto the output device.
   train::memory_check_fits(setup.config, {setup.devices[0]},
                            {a.batch_size, a.batch_size, a.seq_len, false, true});
   const int64_t share =
       train::memory_largest_share(a.batch_size, static_cast<int64_t>(setup.devices.size()));
-  for (const train::BenchMode& m : modes) {
+  for (const presentation::BenchMode& m : modes) {
     if (m.loss_on == parallel::LossOn::output) {
       train::memory_check_fits(setup.config, setup.devices,
                                {a.batch_size, share, a.seq_len, true, true});
@@ -357,28 +358,29 @@ int run_bench(const BenchArgs& given) {
       static_cast<long long>(setup.config.num_parameters()), static_cast<long long>(a.batch_size),
       static_cast<long long>(a.seq_len), a.steps, a.warmup, devices_str(setup.devices).c_str());
   std::string flags;
-  for (const train::BenchMode& m : modes)
-    flags += (flags.empty() ? "" : "; ") + m.name + " = " + train::bench_mode_flags(m);
+  for (const presentation::BenchMode& m : modes)
+    flags += (flags.empty() ? "" : "; ") + m.name + " = " + presentation::bench_mode_flags(m);
   std::printf("modes as fanout train flags: %s\n", flags.c_str());
   std::printf("%-24s %10s %8s %8s  %7s %7s %7s %7s %7s %8s %7s %7s  %9s %9s  %s\n", "mode",
               "tokens/s", "speed-up", "step ms", "scatter", "replic.", "forward", "gather", "loss",
               "backward", "reduce", "optim.", "sent/step", "sums/step", "peak bytes per device");
   // One device, whole batch, fp32: the baseline every speed-up is measured against.
-  train::BenchSetup one = setup;
+  presentation::BenchSetup one = setup;
   one.devices = {setup.devices[0]};
-  train::BenchResult base = train::bench_mode(one, train::bench_modes_parse("dp")[0]);
+  presentation::BenchResult base =
+      presentation::bench_mode(one, presentation::bench_modes_parse("dp")[0]);
   base.mode = "1 device (" + setup.devices[0].str() + ")";
   print_row(base, base.tokens_per_s);
-  std::vector<train::BenchResult> results;
+  std::vector<presentation::BenchResult> results;
   const std::vector<std::string> precisions = precisions_of(a);
   for (const std::string& precision : precisions) {
-    train::BenchSetup ps = setup;
+    presentation::BenchSetup ps = setup;
     ps.working = precision == "bf16" ? DType::bf16 : DType::f32;
     for (size_t i = 0; i < modes.size(); ++i) {
       bool last = precision == precisions.back() && i + 1 == modes.size();
       if (!a.trace.empty() && last) Trace::global().set_enabled(true);
       results.push_back(modes[i].name == "ddp" ? bench_ddp(a, setup.devices, precision)
-                                               : train::bench_mode(ps, modes[i]));
+                                               : presentation::bench_mode(ps, modes[i]));
       print_row(results.back(), base.tokens_per_s);
     }
   }
@@ -390,7 +392,7 @@ int run_bench(const BenchArgs& given) {
   }
   // The ratios the comparison is about, each from this one run.
   auto best_of = [&](const std::string& precision) {
-    const train::BenchResult* best = nullptr;
+    const presentation::BenchResult* best = nullptr;
     for (const auto& r : results)
       if (r.precision == precision && (!best || r.tokens_per_s > best->tokens_per_s)) best = &r;
     return best;
@@ -401,24 +403,24 @@ int run_bench(const BenchArgs& given) {
     return nullptr;
   };
   for (const std::string& precision : precisions) {
-    const train::BenchResult* best = best_of(precision);
+    const presentation::BenchResult* best = best_of(precision);
     if (!best) continue;
     std::printf("fanout %s best: %s, %.0f tokens/s", precision.c_str(), best->mode.c_str(),
                 best->tokens_per_s);
     if (const PeerResult* p = peer_of(precision))
       std::printf(" = %.2fx PyTorch DDP %s", best->tokens_per_s / p->tokens_per_s,
                   precision == "bf16" ? "bf16 autocast" : "fp32");
-    const train::BenchResult* f32 = best_of("fp32");
+    const presentation::BenchResult* f32 = best_of("fp32");
     if (precision == "bf16" && f32)
       std::printf(" = %.2fx fanout fp32 best", best->tokens_per_s / f32->tokens_per_s);
     std::printf("\n");
   }
-  std::vector<train::BenchResult> memory_rows = {base};
+  std::vector<presentation::BenchResult> memory_rows = {base};
   memory_rows.insert(memory_rows.end(), results.begin(), results.end());
   std::printf(
       "\npeak bytes per device in the timed steps, by kind (each kind's own peak; total: "
       "all kinds at once)\n%s",
-      train::bench_memory_table(memory_rows).c_str());
+      presentation::bench_memory_table(memory_rows).c_str());
   if (!a.trace.empty()) {
     Trace::global().set_enabled(false);
     Trace::global().write(a.trace);
@@ -426,8 +428,8 @@ int run_bench(const BenchArgs& given) {
                 a.trace.c_str());
   }
   if (!a.svg.empty()) {
-    std::vector<train::SvgRow> rows;
-    auto add = [&](const train::BenchResult& r) {
+    std::vector<presentation::SvgRow> rows;
+    auto add = [&](const presentation::BenchResult& r) {
       std::string label = r.mode + (r.precision == "bf16" ? " bf16" : "");
       rows.push_back({label, r.tokens_per_s, r.tokens_per_s / base.tokens_per_s, true, r.phases});
     };
@@ -440,17 +442,19 @@ int run_bench(const BenchArgs& given) {
     std::snprintf(subtitle, sizeof subtitle, "%.2fM parameters, global batch %lld x %lld, %s",
                   setup.config.num_parameters() / 1e6, static_cast<long long>(a.batch_size),
                   static_cast<long long>(a.seq_len), devices_str(setup.devices).c_str());
-    file_write_atomic(a.svg, train::bench_svg("fanout bench: data-parallel modes", subtitle, rows),
+    file_write_atomic(a.svg,
+                      presentation::bench_svg("fanout bench: data-parallel modes", subtitle, rows),
                       "--svg");
     std::printf("picture written to %s\n", a.svg.c_str());
   }
   if (!a.json.empty()) {
     nlohmann::json rows = nlohmann::json::array();
-    auto row = [&](const train::BenchResult& r) {
+    auto row = [&](const presentation::BenchResult& r) {
       nlohmann::json peaks = nlohmann::json::object(), by_kind = nlohmann::json::array();
       for (const auto& p : r.peaks) peaks[p.device] = p.peak_bytes;
-      for (const auto& p : r.peaks) by_kind.push_back(train::device_peak_json(p));
-      const train::BenchResult* mem_base = train::bench_memory_baseline(results, r.precision);
+      for (const auto& p : r.peaks) by_kind.push_back(presentation::device_peak_json(p));
+      const presentation::BenchResult* mem_base =
+          presentation::bench_memory_baseline(results, r.precision);
       return nlohmann::json{
           {"mode", r.mode},
           {"devices", r.devices},
@@ -464,8 +468,8 @@ int run_bench(const BenchArgs& given) {
           {"peak_bytes", peaks},
           {"peak_bytes_by_kind", by_kind},
           // largest device total / dp's primary total in this precision
-          {"memory_vs_dp",
-           mem_base ? nlohmann::json(train::bench_memory_ratio(r, *mem_base)) : nlohmann::json()}};
+          {"memory_vs_dp", mem_base ? nlohmann::json(presentation::bench_memory_ratio(r, *mem_base))
+                                    : nlohmann::json()}};
     };
     rows.push_back(row(base));
     for (const auto& r : results) rows.push_back(row(r));
@@ -512,7 +516,8 @@ int run_bench_ops(const BenchArgs& a) {
   }
   std::printf("%-24s %-42s %10s %10s %10s\n", "op", "shape", "GFLOP", "ms", "GFLOP/s");
   for (DType dt : dtypes) {
-    for (const auto& r : train::bench_ops(config, device, a.batch_size, a.seq_len, a.repeats, dt)) {
+    for (const auto& r :
+         presentation::bench_ops(config, device, a.batch_size, a.seq_len, a.repeats, dt)) {
       std::printf("%-24s %-42s %10.3f %10.2f %10.2f\n", r.op.c_str(), r.shape.c_str(), r.gflop,
                   r.seconds * 1e3, r.gflops());
     }
@@ -552,7 +557,7 @@ Command add_bench_command(CLI::App& app) {
   common(cmd);
   cmd->add_option("--devices", a->devices, "Devices")->capture_default_str();
   cmd->add_option("--modes", a->modes,
-                  "Comma-separated: " + train::bench_mode_names() +
+                  "Comma-separated: " + presentation::bench_mode_names() +
                       " (each what fanout train runs with those flags: dp = --strategy dp, "
                       "dp-output = --strategy dp --loss-on output, dp-overlap = --strategy dp "
                       "--overlap, ddp = --strategy ddp under fanout launch), or all; dp-replicas "

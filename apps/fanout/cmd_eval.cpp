@@ -9,11 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/data/data_loader.h"
+#include "apps/data/token_file.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
-#include "apps/train/data_loader.h"
 #include "apps/train/device_memory.h"
-#include "apps/train/token_file.h"
 #include "apps/train/train_options.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
@@ -44,9 +44,9 @@ int run_eval(const EvalArgs& a) {
   FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len ", a.seq_len,
                " exceeds the checkpoint's max_position_embeddings (",
                config.max_position_embeddings, ")");
-  train::TokenData data = train::token_file_load(a.data, "--data");
-  train::token_data_check_vocab(data, config.vocab_size);
-  train::DataLoader loader(data, a.batch_size, a.seq_len, true, false, 0, models::kIgnoreIndex);
+  data::TokenData data = data::token_file_load(a.data, "--data");
+  data::token_data_check_vocab(data, config.vocab_size);
+  data::DataLoader loader(data, a.batch_size, a.seq_len, true, false, 0, models::kIgnoreIndex);
 
   parallel::DataParallelOptions options;
   options.device_ids = devices;
@@ -63,7 +63,7 @@ int run_eval(const EvalArgs& a) {
   double loss_sum = 0;
   int64_t tokens = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    train::Batch b = loader.next();
+    data::Batch b = loader.next();
     parallel::LossStats st =
         dp.evaluate({b.B, b.T, b.inputs.data(), b.targets.data()}, models::kIgnoreIndex);
     loss_sum += st.loss_sum;

@@ -14,10 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/data/tokenizer.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/train/device_memory.h"
-#include "apps/train/tokenizer.h"
 #include "apps/train/train_options.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
@@ -96,8 +96,8 @@ int run_generate(const GenerateArgs& a) {
   if (!a.prompt_ids.empty()) {
     prompt = parse_ids(a.prompt_ids);
   } else {
-    prompt = train::byte_encode(a.prompt);
-    if (model->config().vocab_size > train::kBot) prompt.insert(prompt.begin(), train::kBot);
+    prompt = data::byte_encode(a.prompt);
+    if (model->config().vocab_size > data::kBot) prompt.insert(prompt.begin(), data::kBot);
   }
   const int64_t total = size_add("the prompt plus --max-new-tokens",
                                  {static_cast<int64_t>(prompt.size()), a.max_new_tokens});
@@ -112,11 +112,11 @@ int run_generate(const GenerateArgs& a) {
   for (int64_t i = 0; i < a.max_new_tokens; ++i) {
     int32_t next = sample(logits, a.temperature, a.top_k, rng);
     out.push_back(next);
-    if (a.stop_at_eot && next == train::kEot) break;
+    if (a.stop_at_eot && next == data::kEot) break;
     if (i + 1 < a.max_new_tokens) logits = gen.feed({next});
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::string text = train::byte_decode(out);
+  std::string text = data::byte_decode(out);
   if (a.json) {
     nlohmann::json j = {{"prompt_ids", prompt}, {"ids", out}, {"text", text}};
     // Sampled bytes need not be valid UTF-8: replace what is not.

@@ -14,8 +14,8 @@
 
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
+#include "apps/presentation/walkthrough.h"
 #include "apps/train/train_options.h"
-#include "apps/train/walkthrough.h"
 #include "engine/core/check.h"
 #include "engine/core/cuda_runtime.h"
 #include "engine/core/file_io.h"
@@ -44,7 +44,7 @@ std::string default_devices() {
 }
 
 int run_walkthrough(const WalkthroughArgs& a, bool devices_given) {
-  train::WalkthroughOptions o;
+  presentation::WalkthroughOptions o;
   o.devices = devices_parse(devices_given ? a.devices : default_devices());
   devices_check_available(o.devices);
   o.batch_size = a.batch_size, o.seq_len = a.seq_len, o.steps = a.steps;
@@ -56,7 +56,7 @@ int run_walkthrough(const WalkthroughArgs& a, bool devices_given) {
   file_check_output(a.trace, "--trace");
   o.trace_path = a.trace;
   o.color = !a.no_color && isatty(fileno(stdout)) && std::getenv("NO_COLOR") == nullptr;
-  train::walkthrough_run(o, std::cout);
+  presentation::walkthrough_run(o, std::cout);
   std::cout.flush();
   return 0;
 }

@@ -11,14 +11,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/train/data_loader.h"
+#include "apps/data/data_loader.h"
 #include "models/llama_config.h"
 
 namespace fanout::train {
 
 struct TrainerState {
-  int64_t step = 0;  // optimizer steps completed
-  LoaderState data;  // position of the next training batch
+  int64_t step = 0;        // optimizer steps completed
+  data::LoaderState data;  // position of the next training batch
   uint64_t seed = 0;
   int64_t tokens_seen = 0;
   nlohmann::json flags = nlohmann::json::object();  // the run's settings, stored verbatim

@@ -8,14 +8,14 @@
 #include <sstream>
 #include <thread>
 
-#include "apps/train/corpus.h"
-#include "apps/train/data_loader.h"
+#include "apps/data/corpus.h"
+#include "apps/data/data_loader.h"
+#include "apps/data/tokenizer.h"
 #include "apps/train/device_memory.h"
 #include "apps/train/launcher_env.h"
 #include "apps/train/memory_check.h"
 #include "apps/train/run_dir.h"
 #include "apps/train/schedule.h"
-#include "apps/train/tokenizer.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/cuda_runtime.h"
@@ -321,27 +321,29 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     memory_check_fits(s.config, s.devices, ask);
   }
   if (o.data.empty()) {
-    Corpus corpus = default_corpus();
-    s.train_data = corpus_token_data(corpus.train_documents, "<embedded default corpus: train>");
-    s.val_data = corpus_token_data(corpus.heldout_documents, "<embedded default corpus: held out>");
+    data::Corpus corpus = data::default_corpus();
+    s.train_data =
+        data::corpus_token_data(corpus.train_documents, "<embedded default corpus: train>");
+    s.val_data =
+        data::corpus_token_data(corpus.heldout_documents, "<embedded default corpus: held out>");
     s.has_val = s.embedded = true;
-    s.unigram = unigram_entropy(s.train_data.tokens);
+    s.unigram = data::unigram_entropy(s.train_data.tokens);
   } else {
-    s.train_data = token_file_load(o.data);
+    s.train_data = data::token_file_load(o.data);
   }
   if (!o.val_data.empty()) {
-    s.val_data = token_file_load(o.val_data);
+    s.val_data = data::token_file_load(o.val_data);
     s.has_val = true;
   }
-  token_data_check_vocab(s.train_data, s.config.vocab_size);
-  if (s.has_val) token_data_check_vocab(s.val_data, s.config.vocab_size);
+  data::token_data_check_vocab(s.train_data, s.config.vocab_size);
+  if (s.has_val) data::token_data_check_vocab(s.val_data, s.config.vocab_size);
   if (o.packing == "off") {
-    FANOUT_CHECK(s.config.vocab_size > kPad, "--packing off pads with id ", kPad,
-                 ", which needs a vocabulary of at least ", kPad + 1, " tokens");
+    FANOUT_CHECK(s.config.vocab_size > data::kPad, "--packing off pads with id ", data::kPad,
+                 ", which needs a vocabulary of at least ", data::kPad + 1, " tokens");
   }
   // Constructing loaders checks that the data holds at least one batch.
-  DataLoader train_loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle,
-                          o.seed, models::kIgnoreIndex);
+  data::DataLoader train_loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle,
+                                o.seed, models::kIgnoreIndex);
   if (s.resume) {
     // The position was saved in batches of the checkpoint's geometry; it maps onto
     // this run's only where it falls on a batch boundary (data_loader.h).
@@ -350,8 +352,8 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     train_loader.set_state(s.resume_data);  // the saved position must fit
   }
   if (s.has_val) {
-    DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on", false, 0,
-               models::kIgnoreIndex);
+    data::DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on", false, 0,
+                     models::kIgnoreIndex);
   }
   if (!o.trace.empty()) file_check_output(o.trace, "--trace");
   // --- the run directory

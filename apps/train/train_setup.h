@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "apps/data/token_file.h"
 #include "apps/train/checkpoint.h"
 #include "apps/train/ddp_env.h"
-#include "apps/train/token_file.h"
 #include "apps/train/train_options.h"
 #include "engine/core/device.h"
 #include "models/llama_config.h"
@@ -26,12 +26,12 @@ struct Setup {
   std::optional<Device> output_device;
   std::vector<int64_t> chunk_sizes;
   int64_t micro_rows = 0;
-  TokenData train_data, val_data;
+  data::TokenData train_data, val_data;
   bool has_val = false, embedded = false;
   double unigram = 0;
   std::optional<Checkpoint> resume;
   std::string resume_dir;
-  LoaderState resume_data;  // the checkpoint's data position in this run's batches
+  data::LoaderState resume_data;  // the checkpoint's data position in this run's batches
   // The checkpoint's own settings (before flags given again override them).
   int64_t saved_steps = 0, saved_rows_per_batch = 0, saved_seq_len = 0;
   std::vector<std::string> notes;  // one-line remarks to print at the start

@@ -11,17 +11,17 @@
 #include <random>
 #include <thread>
 
+#include "apps/data/corpus.h"
+#include "apps/data/data_loader.h"
+#include "apps/data/token_file.h"
+#include "apps/data/tokenizer.h"
 #include "apps/train/checkpoint.h"
-#include "apps/train/corpus.h"
-#include "apps/train/data_loader.h"
 #include "apps/train/ddp_env.h"
 #include "apps/train/loss_functions.h"
 #include "apps/train/optimizer.h"
 #include "apps/train/progress.h"
 #include "apps/train/run_dir.h"
 #include "apps/train/schedule.h"
-#include "apps/train/token_file.h"
-#include "apps/train/tokenizer.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/cuda_runtime.h"
@@ -87,20 +87,21 @@ nlohmann::json memory_json(parallel::DataParallel& dp) {
 }
 
 // This rank's rows of a global batch (all of them unless ddp).
-parallel::HostBatch rank_rows(const Batch& b, const DdpEnv& ddp) {
+parallel::HostBatch rank_rows(const data::Batch& b, const DdpEnv& ddp) {
   auto [first, count] = ddp.rows_of(b.B);
   return {count, b.T, b.inputs.data() + first * b.T, b.targets.data() + first * b.T};
 }
-parallel::HostBatch rank_rows(Batch&&, const DdpEnv&) = delete;  // would point into a temporary
+parallel::HostBatch rank_rows(data::Batch&&,
+                              const DdpEnv&) = delete;  // would point into a temporary
 
 double evaluate(parallel::DataParallel& dp, const Setup& s, parallel::ProcessGroup* group) {
-  DataLoader loader(s.val_data, s.micro_rows, s.o.seq_len, s.o.packing == "on", false, 0,
-                    models::kIgnoreIndex);
+  data::DataLoader loader(s.val_data, s.micro_rows, s.o.seq_len, s.o.packing == "on", false, 0,
+                          models::kIgnoreIndex);
   int64_t n = loader.batches_per_epoch();
   if (s.o.eval_batches > 0) n = std::min(n, s.o.eval_batches);
   double sums[2] = {0, 0};  // loss sum, counted tokens
   for (int64_t i = 0; i < n; ++i) {
-    Batch b = loader.next();  // must outlive hb, which points into it
+    data::Batch b = loader.next();  // must outlive hb, which points into it
     parallel::HostBatch hb = rank_rows(b, s.ddp);
     if (hb.B == 0) continue;
     parallel::LossStats st = dp.evaluate(hb, models::kIgnoreIndex);
@@ -115,7 +116,7 @@ std::string sample_text(models::LlamaModel& model, uint64_t seed, int64_t length
   models::LlamaGenerator gen(model, max_len);
   std::mt19937_64 rng(seed);
   std::vector<int32_t> out;
-  std::vector<float> logits = gen.feed({model.config().vocab_size > kBot ? kBot : 0});
+  std::vector<float> logits = gen.feed({model.config().vocab_size > data::kBot ? data::kBot : 0});
   for (int64_t i = 1; i < max_len; ++i) {
     // temperature 0.8 over the 20 likeliest tokens
     std::vector<int32_t> order(logits.size());
@@ -134,11 +135,11 @@ std::string sample_text(models::LlamaModel& model, uint64_t seed, int64_t length
         next = order[j];
         break;
       }
-    if (next == kEot) break;
+    if (next == data::kEot) break;
     out.push_back(next);
     if (i + 1 < max_len) logits = gen.feed({next});
   }
-  return byte_decode(out);
+  return data::byte_decode(out);
 }
 
 }  // namespace
@@ -223,8 +224,8 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   adam.beta2 = static_cast<float>(o.beta2), adam.eps = static_cast<float>(o.eps);
   adam.weight_decay = static_cast<float>(o.weight_decay);
   Optimizer opt(dp, decay_runs(layout), adam);
-  DataLoader loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle, o.seed,
-                    models::kIgnoreIndex);
+  data::DataLoader loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle,
+                          o.seed, models::kIgnoreIndex);
   int64_t start = 1, tokens_seen = 0;
   if (s.resume) {
     opt.state_from_host(s.resume->exp_avg, s.resume->exp_avg_sq);
@@ -285,8 +286,8 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   for (const std::string& name : cleaned)
     say("removed " + name + " (left by an interrupted write)");
   if (s.has_val) {
-    const int64_t batches = DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on",
-                                       false, 0, models::kIgnoreIndex)
+    const int64_t batches = data::DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on",
+                                             false, 0, models::kIgnoreIndex)
                                 .batches_per_epoch();
     if (o.eval_batches > 0 && o.eval_batches < batches) {
       say("held-out loss over the first " + std::to_string(o.eval_batches) + " of " +
@@ -302,7 +303,7 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   for (int64_t step = start; step <= o.steps; ++step) {
     auto t0 = Clock::now();
     double lr = schedule.at(step);
-    std::vector<Batch> micro;
+    std::vector<data::Batch> micro;
     int64_t counted = 0;
     if (step == kill_step) std::raise(SIGKILL);
     for (int64_t k = 0; k < o.grad_accum; ++k) {

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/train/bench.h"
+#include "apps/presentation/bench.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/file_limit_util.h"
 #include "tests/engine/core/file_node_util.h"
@@ -253,24 +253,24 @@ TEST_CASE("bench runs zero2 and zero3 and prints and writes each device's peak b
   nlohmann::json rows = nlohmann::json::parse(in)["results"];
   REQUIRE(rows.size() == 4);  // the baseline, dp, zero2, zero3
   // The table prints the figures the JSON holds: rebuilt from it, it is in stdout.
-  std::vector<train::BenchResult> results;
+  std::vector<presentation::BenchResult> results;
   for (const auto& row : rows) {
-    train::BenchResult b;
+    presentation::BenchResult b;
     b.mode = row["mode"].get<std::string>();
     b.precision = row["precision"].get<std::string>();
     for (const auto& p : row["peak_bytes_by_kind"]) {
-      b.peaks.push_back(train::device_peak_from_json(p));
+      b.peaks.push_back(presentation::device_peak_from_json(p));
       CHECK(row["peak_bytes"][b.peaks.back().device] == p["bytes"]);
     }
     results.push_back(b);
   }
-  CHECK(has(r.out, train::bench_memory_table(results)));
+  CHECK(has(r.out, presentation::bench_memory_table(results)));
   REQUIRE(results[1].mode == "dp");
-  const train::DevicePeak& primary = results[1].peaks[0];
+  const presentation::DevicePeak& primary = results[1].peaks[0];
   for (int i : {2, 3}) {
     CAPTURE(results[i].mode);
     REQUIRE(results[i].peaks.size() == 4);
-    for (const train::DevicePeak& p : results[i].peaks) {
+    for (const presentation::DevicePeak& p : results[i].peaks) {
       CHECK(p.tag(MemTag::grads) < primary.tag(MemTag::grads));
       CHECK(p.tag(MemTag::optimizer) < primary.tag(MemTag::optimizer));
       if (i == 3) CHECK(p.tag(MemTag::params) < primary.tag(MemTag::params));

@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "apps/train/token_file.h"
+#include "apps/data/token_file.h"
 #include "engine/core/cuda_runtime.h"
 #include "tests/apps/fanout/checkpoint_util.h"
 #include "tests/apps/fanout/cli_runner.h"
@@ -43,7 +43,7 @@ struct EvalFiles {
     checkpoint_write(ckpt, cli_test_config());
     file_write(text, kText);
     for (int i = 0; i < 200; ++i) bin_tokens.push_back((i * 37 + 11) % 259);
-    train::token_file_write_bin(bin, bin_tokens);
+    data::token_file_write_bin(bin, bin_tokens);
   }
 };
 
@@ -100,7 +100,7 @@ TEST_CASE("eval reports a finite positive loss over batches times B times T toke
   EvalFiles f;
   for (const std::string& data : {f.text, f.bin}) {
     CAPTURE(data);
-    int64_t n = train::token_file_load(data).token_count();
+    int64_t n = data::token_file_load(data).token_count();
     nlohmann::json j = eval_json(f.ckpt, data);
     double loss = j["loss"].get<double>();
     CHECK(std::isfinite(loss));
@@ -258,7 +258,7 @@ TEST_CASE("eval refuses a bin file whose header count disagrees with its size") 
 TEST_CASE("eval names a bin token id outside the vocabulary") {
   EvalFiles f;
   f.bin_tokens[40] = 300;  // vocab is 259; still a uint16 file
-  train::token_file_write_bin(f.bin, f.bin_tokens);
+  data::token_file_write_bin(f.bin, f.bin_tokens);
   check_fails(eval(f.ckpt, f.bin), "token id 300 at position 40");
 }
 

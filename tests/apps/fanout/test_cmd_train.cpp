@@ -11,9 +11,9 @@
 #include <filesystem>
 #include <map>
 
+#include "apps/data/data_loader.h"
+#include "apps/data/token_file.h"
 #include "apps/train/checkpoint.h"
-#include "apps/train/data_loader.h"
-#include "apps/train/token_file.h"
 #include "models/llama_model.h"
 #include "models/safetensors.h"
 #include "tests/apps/fanout/train_util.h"
@@ -235,9 +235,9 @@ TEST_CASE("train matches the PyTorch reference loss grad_norm and weight update 
   REQUIRE(r.rc == 0);
 
   // The batches fanout read: packing on, no shuffle.
-  train::TokenData data = train::token_file_load(f.data);
-  train::DataLoader loader(data, B, T, true, false, 0, models::kIgnoreIndex);
-  std::vector<train::Batch> batches;
+  data::TokenData data = data::token_file_load(f.data);
+  data::DataLoader loader(data, B, T, true, false, 0, models::kIgnoreIndex);
+  std::vector<data::Batch> batches;
   for (int64_t k = 0; k < K; ++k) batches.push_back(loader.next());
   CHECK(batches[1].inputs[0] == data.tokens[B * T]);
   CHECK(batches[2].targets.back() == data.tokens[3 * B * T]);

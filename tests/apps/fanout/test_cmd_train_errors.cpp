@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <utility>
 
-#include "apps/train/token_file.h"
+#include "apps/data/token_file.h"
 #include "engine/core/cuda_runtime.h"
 #include "tests/apps/fanout/train_util.h"
 
@@ -69,14 +69,14 @@ struct BadData {
     std::vector<int32_t> tokens;
     for (int i = 0; i < 400; ++i) tokens.push_back((i * 37 + 11) % 259);
     file_write(empty, "");
-    train::token_file_write_bin(magic, tokens);
+    data::token_file_write_bin(magic, tokens);
     std::string bytes = file_read(magic);
     bytes[0] = 0x39, bytes[1] = 0x30, bytes[2] = 0, bytes[3] = 0;  // 12345
     file_write(magic, bytes);
-    train::token_file_write_bin(count, tokens);
+    data::token_file_write_bin(count, tokens);
     file_write(count, file_read(count) + std::string(2, '\0'));  // one uint16 more
     tokens[40] = 300;
-    train::token_file_write_bin(vocab, tokens);
+    data::token_file_write_bin(vocab, tokens);
     file_write(tiny, "too short\n");
   }
 };

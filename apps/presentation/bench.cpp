@@ -1,0 +1,333 @@
+#include "apps/presentation/bench.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <sstream>
+
+#include "apps/presentation/walkthrough_prose.h"
+#include "apps/train/loss_functions.h"
+#include "apps/train/memory_check.h"
+#include "apps/train/optimizer.h"
+#include "engine/core/check.h"
+#include "engine/core/checked_math.h"
+#include "engine/core/flat.h"
+#include "models/llama_model.h"
+#include "ops/attention.h"
+#include "ops/matmul.h"
+
+namespace fanout::presentation {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+parallel::PhaseTimes& operator+=(parallel::PhaseTimes& a, const parallel::PhaseTimes& b) {
+  a.scatter += b.scatter, a.replicate += b.replicate, a.forward += b.forward;
+  a.gather += b.gather, a.loss += b.loss, a.backward += b.backward;
+  a.reduce += b.reduce, a.optimizer += b.optimizer;
+  return a;
+}
+parallel::PhaseTimes scaled(parallel::PhaseTimes t, double s) {
+  for (double* v : {&t.scatter, &t.replicate, &t.forward, &t.gather, &t.loss, &t.backward,
+                    &t.reduce, &t.optimizer})
+    *v *= s;
+  return t;
+}
+}  // namespace
+
+const std::vector<BenchMode>& bench_modes_all() {
+  using parallel::LossOn;
+  using parallel::Strategy;
+  // ddp: one process per device, each an in-process dp of one replica whose
+  // gradients are all-reduced across the processes, overlapped with backward.
+  static const std::vector<BenchMode> modes = {
+      {"dp", Strategy::dp, LossOn::replicas, false},
+      {"dp-output", Strategy::dp, LossOn::output, false},
+      {"dp-overlap", Strategy::dp, LossOn::replicas, true},
+      {"zero1", Strategy::zero1, LossOn::replicas, false},
+      {"zero2", Strategy::zero2, LossOn::replicas, false},
+      {"zero3", Strategy::zero3, LossOn::replicas, false},
+      {"ddp", Strategy::dp, LossOn::replicas, true},
+  };
+  return modes;
+}
+
+std::string bench_mode_names() {
+  std::string out;
+  for (const BenchMode& m : bench_modes_all()) out += (out.empty() ? "" : ", ") + m.name;
+  return out;
+}
+
+std::string bench_mode_flags(const BenchMode& mode) {
+  if (mode.name == "ddp") return "--strategy ddp (under fanout launch; overlaps by default)";
+  std::string out = std::string("--strategy ") + parallel::strategy_name(mode.strategy);
+  if (mode.loss_on == parallel::LossOn::output) out += " --loss-on output";
+  if (mode.overlap) out += " --overlap";
+  return out;
+}
+
+std::vector<BenchMode> bench_modes_parse(const std::string& list) {
+  std::vector<BenchMode> out;
+  std::stringstream ss(list == "all" ? "" : list);
+  if (list == "all") out = bench_modes_all();
+  for (std::string name; std::getline(ss, name, ',');) {
+    const std::string canonical = name == "dp-replicas" ? "dp" : name;
+    auto known = std::find_if(bench_modes_all().begin(), bench_modes_all().end(),
+                              [&](const BenchMode& m) { return m.name == canonical; });
+    FANOUT_CHECK(known != bench_modes_all().end(), "--modes: unknown mode '", name,
+                 "' (choose from ", bench_mode_names(), ", or all; dp-replicas is another name ",
+                 "for dp)");
+    // dp and dp-replicas are one mode: one row.
+    bool seen = std::any_of(out.begin(), out.end(),
+                            [&](const BenchMode& m) { return m.name == canonical; });
+    if (!seen) out.push_back(*known);
+  }
+  FANOUT_CHECK(!out.empty(), "--modes is empty (choose from ", bench_mode_names(), ", or all)");
+  return out;
+}
+
+nlohmann::json device_peak_json(const DevicePeak& p) {
+  nlohmann::json j = {{"device", p.device}, {"bytes", p.peak_bytes}};
+  for (int k = 0; k < kNumMemTags; ++k) j[mem_tag_name(static_cast<MemTag>(k))] = p.by_tag[k];
+  return j;
+}
+
+DevicePeak device_peak_from_json(const nlohmann::json& j) {
+  DevicePeak p;
+  p.device = j.at("device").get<std::string>();
+  p.peak_bytes = j.at("bytes").get<size_t>();
+  for (int k = 0; k < kNumMemTags; ++k) p.by_tag[k] = j.value(mem_tag_name(MemTag(k)), size_t{0});
+  return p;
+}
+
+BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
+  const models::LlamaConfig& config = setup.config;
+  FANOUT_CHECK(setup.seq_len <= config.max_position_embeddings, "--seq-len ", setup.seq_len,
+               " exceeds max_position_embeddings ", config.max_position_embeddings);
+  FANOUT_CHECK(setup.batch_size > 0 && setup.seq_len > 0 && setup.steps > 0 && setup.warmup >= 0,
+               "benchmark sizes must be positive");
+  FANOUT_CHECK(setup.steps <= std::numeric_limits<int>::max() - setup.warmup,
+               "--steps + --warmup is too large");
+  // ddp: this process holds all token ids but only its rows' activations (its
+  // share is a lower bound of the whole, as the check wants).
+  const int64_t my_rows = std::max<int64_t>(1, setup.ddp.rows_of(setup.batch_size).second);
+  train::memory_check_fits(
+      config, setup.devices,
+      {my_rows, train::memory_largest_share(my_rows, static_cast<int64_t>(setup.devices.size())),
+       setup.seq_len, mode.loss_on == parallel::LossOn::output, true});
+  // Synthetic tokens (all counted): the timing does not depend on their values.
+  const int64_t n = size_mul("--batch-size x --seq-len tokens", {setup.batch_size, setup.seq_len});
+  std::vector<int32_t> inputs(n), targets(n);
+  std::mt19937_64 rng(1);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(config.vocab_size) - 1);
+  for (int64_t i = 0; i < n; ++i) inputs[i] = tok(rng), targets[i] = tok(rng);
+  auto [first, rows] = setup.ddp.rows_of(setup.batch_size);  // all rows unless ddp
+  parallel::HostBatch batch{rows, setup.seq_len, inputs.data() + first * setup.seq_len,
+                            targets.data() + first * setup.seq_len};
+
+  parallel::DataParallelOptions options;
+  options.device_ids = setup.devices;
+  options.strategy = mode.strategy;
+  options.loss_on = mode.loss_on;
+  options.overlap = mode.overlap;
+  options.bucket_mb = setup.bucket_mb;
+  options.process_group = setup.group;
+  options.grad_comm = setup.grad_comm;
+  const std::vector<Device>& ids = setup.devices;
+  // Each device once, in --devices order: peaks[0] is the primary's.
+  std::vector<Device> distinct;
+  for (const Device& d : ids)
+    if (std::find(distinct.begin(), distinct.end(), d) == distinct.end()) distinct.push_back(d);
+  BenchResult result;
+  result.mode = mode.name;
+  result.devices = devices_str(ids);
+  result.precision = setup.working == DType::bf16 ? "bf16" : "fp32";
+  result.grad_comm = setup.grad_comm == DType::bf16 ? "bf16" : "fp32";
+  {
+    auto factory = [&](Device d, int i) {
+      return std::make_unique<models::LlamaModel>(
+          config, d, parallel::replica_lane(ids, i, "compute"), setup.working);
+    };
+    parallel::DataParallel dp(factory, options, train::cross_entropy_loss_functions());
+    // Every process computes the same values from the seed (ddp needs no
+    // broadcast); zero3 keeps only shards, so no model could be initialised whole.
+    dp.params_from_host(models::LlamaModel::random_params(config, 1).data());
+    ops::AdamWConfig adam;
+    train::Optimizer opt(dp, train::decay_runs(models::LlamaLayout(config)), adam);
+    double elapsed = 0;
+    parallel::PhaseTimes total;
+    parallel::CommBytes bytes;
+    for (int s = 0; s < setup.warmup + setup.steps; ++s) {
+      if (s == setup.warmup) {
+        for (const Device& d : distinct) allocator_for(d).reset_peak();
+      }
+      dp.reset_times();
+      auto t0 = Clock::now();
+      dp.zero_grad();
+      parallel::LossStats st = dp.forward_backward(batch, models::kIgnoreIndex, n);
+      dp.reduce_gradients();
+      opt.step(s + 1, adam.lr, 1.0);
+      double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+      double sums[2] = {st.loss_sum, static_cast<double>(st.count)};
+      if (setup.group) setup.group->all_reduce_host(sums, 2);
+      result.last_loss = sums[0] / sums[1];
+      if (s >= setup.warmup) {
+        elapsed += secs, total += dp.last_times();
+        parallel::CommBytes b = dp.comm_bytes();
+        bytes.replicate += b.replicate, bytes.reduce += b.reduce;
+      }
+    }
+    result.comm = {bytes.replicate / setup.steps, bytes.reduce / setup.steps};
+    result.step_s = elapsed / setup.steps;
+    result.tokens_per_s = static_cast<double>(n) * setup.steps / elapsed;  // the global batch
+    result.phases = scaled(total, 1.0 / setup.steps);
+    for (const Device& d : distinct) {
+      AllocatorStats st = allocator_for(d).stats();
+      DevicePeak p{d.str(), st.total.peak, {}};
+      for (int k = 0; k < kNumMemTags; ++k) p.by_tag[k] = st.by_tag[k].peak;
+      result.peaks.push_back(p);
+    }
+  }
+  return result;
+}
+
+// --- the memory table ---------------------------------------------------------
+
+const std::vector<MemTag>& bench_memory_kinds() {
+  static const std::vector<MemTag> kinds = {MemTag::params, MemTag::grads, MemTag::optimizer,
+                                            MemTag::activations, MemTag::comm};
+  return kinds;
+}
+
+const BenchResult* bench_memory_baseline(const std::vector<BenchResult>& results,
+                                         const std::string& precision) {
+  for (const BenchResult& r : results)
+    if (r.mode == "dp" && r.precision == precision && !r.peaks.empty()) return &r;
+  return nullptr;
+}
+
+namespace {
+size_t largest_device(const BenchResult& r) {
+  size_t at = 0;
+  for (size_t i = 1; i < r.peaks.size(); ++i)
+    if (r.peaks[i].peak_bytes > r.peaks[at].peak_bytes) at = i;
+  return at;
+}
+std::string label_of(const BenchResult& r) {
+  return r.mode + (r.precision == "bf16" ? " bf16" : "");
+}
+}  // namespace
+
+double bench_memory_ratio(const BenchResult& r, const BenchResult& base) {
+  if (r.peaks.empty() || base.peaks.empty() || base.peaks[0].peak_bytes == 0) return 0;
+  return static_cast<double>(r.peaks[largest_device(r)].peak_bytes) /
+         static_cast<double>(base.peaks[0].peak_bytes);
+}
+
+std::string bench_memory_table(const std::vector<BenchResult>& rows) {
+  std::string out = walk::strf("%-24s %-16s", "mode", "device");
+  for (MemTag t : bench_memory_kinds()) out += walk::strf(" %11s", mem_tag_name(t));
+  out += walk::strf(" %11s  %s\n", "total", "vs dp");
+  std::vector<std::string> precisions;
+  for (const BenchResult& r : rows) {
+    if (std::find(precisions.begin(), precisions.end(), r.precision) == precisions.end())
+      precisions.push_back(r.precision);
+    const BenchResult* base = bench_memory_baseline(rows, r.precision);
+    const size_t top = largest_device(r);
+    for (size_t i = 0; i < r.peaks.size(); ++i) {
+      const DevicePeak& p = r.peaks[i];
+      out += walk::strf("%-24s %-16s", i ? "" : label_of(r).c_str(), p.device.c_str());
+      for (MemTag t : bench_memory_kinds()) out += walk::strf(" %11s", bytes_str(p.tag(t)).c_str());
+      out += walk::strf(" %11s", bytes_str(p.peak_bytes).c_str());
+      if (i == top) out += base ? walk::strf("  %.2fx", bench_memory_ratio(r, *base)) : "  -";
+      out += "\n";
+    }
+  }
+  for (const std::string& precision : precisions) {
+    const BenchResult* base = bench_memory_baseline(rows, precision);
+    out += base ? walk::strf(
+                      "vs dp (%s): a mode's largest device total / dp's %s total, %s (whole "
+                      "weights, gradients and AdamW state)\n",
+                      precision.c_str(), base->peaks[0].device.c_str(),
+                      bytes_str(base->peaks[0].peak_bytes).c_str())
+                : walk::strf("vs dp (%s): no ratio, dp did not run in %s\n", precision.c_str(),
+                             precision.c_str());
+  }
+  return out;
+}
+
+std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& c, Device device, int64_t batch,
+                                  int64_t seq_len, int repeats, DType dtype) {
+  FANOUT_CHECK(batch > 0 && seq_len > 0 && repeats > 0, "sizes must be positive");
+  FANOUT_ASSERT(dtype == DType::f32 || dtype == DType::bf16, "bench_ops: ", dtype_name(dtype));
+  // The largest buffers below: x, y, dx and w, dw of lm_head, and q, k, v, o, dq.
+  const int64_t N = size_mul("--batch-size x --seq-len tokens", {batch, seq_len});
+  const int64_t C = c.hidden_size;
+  train::memory_check_fits(c, {device}, {batch, batch, seq_len, false, false});
+  Stream s(device, device.str() + " bench");
+  // Inputs in `dtype` (bf16: the working copies of mixed precision); gradients f32.
+  auto make_as = [&](int64_t numel, DType dt) {
+    if (dt == DType::bf16) {
+      return tensor_from_vector(s, std::vector<uint16_t>(numel, float_to_bf16(0.01f)), {numel},
+                                DType::bf16, device);
+    }
+    Tensor t = Tensor::empty({numel}, DType::f32, device);
+    flat_fill(s, t, 0.01f);
+    return t;
+  };
+  auto make = [&](int64_t numel) { return make_as(numel, dtype); };
+  auto time = [&](const std::function<void()>& fn) {
+    fn();  // warm-up
+    s.synchronize();
+    auto t0 = Clock::now();
+    for (int r = 0; r < repeats; ++r) fn();
+    s.synchronize();
+    return std::chrono::duration<double>(Clock::now() - t0).count() / repeats;
+  };
+  const std::string tag = dtype == DType::bf16 ? " bf16" : " f32";
+  std::vector<OpBenchRow> rows;
+  struct Shape {
+    const char* what;
+    int64_t in, out;
+  };
+  const Shape shapes[] = {{"q_proj", C, c.num_attention_heads * c.head_dim},
+                          {"gate_proj", C, c.intermediate_size},
+                          {"down_proj", c.intermediate_size, C},
+                          {"lm_head", C, c.vocab_size}};
+  for (const Shape& sh : shapes) {
+    // bf16: projections store bf16 activations, lm_head f32 logits for the loss.
+    const bool f32_out = dtype == DType::f32 || std::string(sh.what) == "lm_head";
+    Tensor x = make(N * sh.in), w = make(sh.out * sh.in), dy = make(N * sh.out);
+    Tensor y = make_as(N * sh.out, f32_out ? DType::f32 : dtype);
+    Tensor dx = make_as(N * sh.in, DType::f32), dw = make_as(sh.out * sh.in, DType::f32);
+    std::ostringstream shape;
+    shape << N << "x" << sh.in << " . " << sh.in << "x" << sh.out << " (" << sh.what << ")";
+    double flop = 2.0 * N * sh.in * sh.out / 1e9;
+    rows.push_back({"matmul forward" + tag, shape.str(), flop,
+                    time([&] { ops::matmul_forward(s, y, x, w, N, sh.in, sh.out); })});
+    rows.push_back({"matmul backward" + tag, shape.str(), 2 * flop,
+                    time([&] { ops::matmul_backward(s, dx, dw, dy, x, w, N, sh.in, sh.out); })});
+  }
+  int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
+  Tensor q = make(N * H * D), k = make(N * KV * D), v = make(N * KV * D), o = make(N * H * D);
+  Tensor lse = make_as(batch * H * seq_len, DType::f32), dq = make(N * H * D),
+         dk = make(N * KV * D), dv = make(N * KV * D);
+  std::ostringstream shape;
+  shape << "B=" << batch << " T=" << seq_len << " H=" << H << " KV=" << KV << " D=" << D;
+  // Causal: half of the T x T scores, two GEMM-like products (QK^T, PV).
+  double flop = 2.0 * batch * H * seq_len * seq_len * D / 1e9;
+  rows.push_back({"attention forward" + tag, shape.str(), flop, time([&] {
+                    ops::attention_forward(s, o, lse, q, k, v, batch, seq_len, seq_len, H, KV, D);
+                  })});
+  rows.push_back({"attention backward" + tag, shape.str(), 2.5 * flop, time([&] {
+                    ops::attention_backward(s, dq, dk, dv, o, q, k, v, o, lse, batch, seq_len, H,
+                                            KV, D);
+                  })});
+  return rows;
+}
+
+}  // namespace fanout::presentation

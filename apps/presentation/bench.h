@@ -1,0 +1,107 @@
+#pragma once
+// Benchmarks shared by `fanout bench` and the walkthrough: one training mode of
+// the DataParallel engine timed on a synthetic batch (tokens/s, the step-time
+// breakdown, peak bytes per device and per kind), the memory table that
+// compares the modes' peaks, and the CPU op micro-benchmark.
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/train/ddp_env.h"
+#include "engine/core/allocator.h"
+#include "engine/parallel/data_parallel.h"
+#include "models/llama_config.h"
+
+namespace fanout::presentation {
+
+// One mode of `fanout bench`, named for what `fanout train` runs with the same
+// flags (bench_mode_flags): one meaning per name in bench, train and walkthrough.
+struct BenchMode {
+  std::string name;  // dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp
+  parallel::Strategy strategy = parallel::Strategy::dp;
+  parallel::LossOn loss_on = parallel::LossOn::replicas;
+  bool overlap = false;
+};
+// Every mode, in the order `all` runs them.
+const std::vector<BenchMode>& bench_modes_all();
+// "dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp".
+std::string bench_mode_names();
+// The `fanout train` flags that run the same mode: "--strategy dp --loss-on output".
+std::string bench_mode_flags(const BenchMode& mode);
+// A comma-separated list of mode names, or "all"; dp-replicas is another name for
+// dp (older scripts use it). Each mode once, in the order given; an unknown name
+// is an error naming the valid ones. ddp is measured in separate processes
+// (fanout launch, as `fanout launch -- train --strategy ddp` starts them), the
+// others in this one.
+std::vector<BenchMode> bench_modes_parse(const std::string& list);
+
+// Peak bytes of one device during a mode's timed steps: the total, and each
+// MemTag's own peak (the kinds peak at different moments, so they may add up to
+// more than the total).
+struct DevicePeak {
+  std::string device;
+  size_t peak_bytes = 0;
+  std::array<size_t, kNumMemTags> by_tag{};
+  size_t tag(MemTag t) const { return by_tag[static_cast<int>(t)]; }
+};
+// {"device", "bytes" (the total), and one key per MemTag: "params", "grads", ...};
+// from_json reads the same (a file without the kinds leaves them 0).
+nlohmann::json device_peak_json(const DevicePeak& p);
+DevicePeak device_peak_from_json(const nlohmann::json& j);
+
+struct BenchResult {
+  std::string mode, devices;
+  std::string precision = "fp32", grad_comm = "fp32";
+  double tokens_per_s = 0, step_s = 0, last_loss = 0;
+  parallel::PhaseTimes phases;  // mean seconds per step
+  parallel::CommBytes comm;     // mean bytes per step, from the engine's counters
+  std::vector<DevicePeak> peaks;
+};
+
+struct BenchSetup {
+  models::LlamaConfig config;
+  std::vector<Device> devices;  // ddp: this rank's one device
+  // ddp: this rank's rows of every batch, gradients summed through `group`.
+  train::DdpEnv ddp;
+  parallel::ProcessGroup* group = nullptr;
+  int64_t batch_size = 16, seq_len = 128;
+  int steps = 5, warmup = 1;
+  double bucket_mb = 25.0;
+  // The replicas' working dtype (bf16: mixed precision) and the gradient sums'.
+  DType working = DType::f32, grad_comm = DType::f32;
+};
+
+// Peaks are measured from the first timed step (every device's peaks reset
+// there), so each mode's are its own whatever ran before it.
+BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode);
+
+// --- the memory table ---------------------------------------------------------
+
+// The kinds the memory table shows, in column order.
+const std::vector<MemTag>& bench_memory_kinds();
+// The result the memory ratios divide by: dp in `precision` (its primary,
+// peaks[0], holds whole weights, gradients and AdamW state), or nullptr.
+const BenchResult* bench_memory_baseline(const std::vector<BenchResult>& results,
+                                         const std::string& precision);
+// r's largest device total over base's primary total (0 if either has no peaks).
+double bench_memory_ratio(const BenchResult& r, const BenchResult& base);
+// One row per result and device: its label, the device, the peak of each kind and
+// the total; on the row of a result's largest device, the ratio to the baseline
+// of its precision ("-" where there is none); then a line naming the baselines.
+std::string bench_memory_table(const std::vector<BenchResult>& rows);
+
+struct OpBenchRow {
+  std::string op, shape;
+  double gflop = 0, seconds = 0;
+  double gflops() const { return seconds > 0 ? gflop / seconds : 0; }
+};
+// matmul (forward and backward) at the preset's projection shapes and causal
+// attention at its head shape, on one device, for `tokens` rows of seq_len.
+// dtype: the inputs' (f32, or bf16 with f32 gradients and lm_head logits).
+std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& config, Device device, int64_t batch,
+                                  int64_t seq_len, int repeats, DType dtype = DType::f32);
+
+}  // namespace fanout::presentation

@@ -1,0 +1,109 @@
+#include "apps/presentation/walkthrough_prose.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdarg>
+#include <cstdio>
+
+namespace fanout::presentation::walk {
+
+std::string strf(const char* fmt, ...) {
+  va_list args, again;
+  va_start(args, fmt);
+  va_copy(again, args);
+  int n = std::vsnprintf(nullptr, 0, fmt, args);
+  va_end(args);
+  std::string out(static_cast<size_t>(std::max(n, 0)), '\0');
+  std::vsnprintf(out.data(), out.size() + 1, fmt, again);
+  va_end(again);
+  return out;
+}
+
+std::string ms(double seconds) {
+  return strf("%.2f ms", seconds * 1e3);
+}
+
+// --- Prose ------------------------------------------------------------------
+
+std::string Prose::bold(const std::string& s) const {
+  return color_ ? "\033[1m" + s + "\033[0m" : s;
+}
+
+std::string Prose::heading(const std::string& s) const {
+  return color_ ? "\033[1;36m" + s + "\033[0m" : s;
+}
+
+void Prose::line(const std::string& label, const std::string& text) {
+  std::string pad = label.size() < 11 ? std::string(11 - label.size(), ' ') : " ";
+  out_ << "  " << bold(label) << pad;
+  wrap(text, 2 + label.size() + pad.size());
+}
+
+void Prose::more(const std::string& text) {
+  out_ << std::string(kIndent, ' ');
+  wrap(text, kIndent);
+}
+
+void Prose::wrap(const std::string& text, size_t column) {
+  // A space may break a line unless it sits inside a shape or range: "(3, 32, 259)".
+  auto breakable = [&](size_t i) {
+    return text[i] == ' ' && !(i > 0 && text[i - 1] == ',' && i + 1 < text.size() &&
+                               std::isdigit(static_cast<unsigned char>(text[i + 1])));
+  };
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t room = column < kWidth ? kWidth - column : 20, end = text.size();
+    if (end - at > room) {
+      size_t cut = at + room;
+      while (cut > at && !breakable(cut)) --cut;
+      if (cut == at) {  // one long word: break after it
+        cut = at + room;
+        while (cut < text.size() && !breakable(cut)) ++cut;
+      }
+      end = cut;
+    }
+    out_ << text.substr(at, end - at) << "\n";
+    at = end < text.size() ? end + 1 : end;
+    if (at < text.size()) out_ << std::string(kIndent, ' ');
+    column = kIndent;
+  }
+}
+
+// --- memory tables ------------------------------------------------------------
+
+const std::vector<MemTag>& memory_table_tags() {
+  static const std::vector<MemTag> tags = {MemTag::params,      MemTag::grads, MemTag::optimizer,
+                                           MemTag::activations, MemTag::comm,  MemTag::data};
+  return tags;
+}
+
+std::vector<DeviceMemory> memory_peaks(const std::vector<Device>& devices,
+                                       const std::vector<AllocatorStats>& before) {
+  std::vector<DeviceMemory> out;
+  auto above = [](const MemStats& now, const MemStats& then) {
+    return now.peak > then.live ? now.peak - then.live : size_t{0};
+  };
+  for (size_t i = 0; i < devices.size(); ++i) {
+    AllocatorStats now = allocator_for(devices[i]).stats();
+    DeviceMemory d;
+    d.device = devices[i].str();
+    d.total = above(now.total, before[i].total);
+    for (int k = 0; k < kNumMemTags; ++k) d.by_tag[k] = above(now.by_tag[k], before[i].by_tag[k]);
+    out.push_back(d);
+  }
+  return out;
+}
+
+std::string memory_table_head(const std::string& label, int width) {
+  std::string head = strf("%13s%-*s", "", width, label.c_str());
+  for (MemTag t : memory_table_tags()) head += strf("%12s", mem_tag_name(t));
+  return head + strf("%12s", "total");
+}
+
+std::string memory_table_row(const std::string& label, int width, const DeviceMemory& d) {
+  std::string row = strf("%13s%-*s", "", width, label.c_str());
+  for (MemTag t : memory_table_tags()) row += strf("%12s", bytes_str(d.tag(t)).c_str());
+  return row + strf("%12s", bytes_str(d.total).c_str());
+}
+
+}  // namespace fanout::presentation::walk
