@@ -7,6 +7,7 @@
 
 #include "engine/core/check.h"
 #include "models/safetensors.h"
+#include "models/safetensors_index.h"
 
 namespace fanout::models {
 
@@ -69,16 +70,16 @@ void llama_check_finite(const LlamaConfig& config, const std::vector<float>& val
 
 void llama_read_weights(const LlamaConfig& config, const std::string& path,
                         std::vector<float>& params) {
-  SafetensorsFile file = SafetensorsFile::open(path);
+  const SafetensorsSet file = SafetensorsSet::open(path);
   LlamaLayout layout(config);
   std::set<std::string> expected;
   for (const ParamInfo& p : layout.params()) expected.insert(p.name);
-  for (const SafetensorsEntry& e : file.entries()) {
-    if (expected.count(e.name)) continue;
+  for (const SafetensorsEntry* e : file.entries()) {
+    if (expected.count(e->name)) continue;
     // HF may store a tied lm_head, and old checkpoints carry RoPE buffers.
-    bool tolerated = (e.name == "lm_head.weight" && config.tie_word_embeddings) ||
-                     e.name.find("rotary_emb.inv_freq") != std::string::npos;
-    FANOUT_CHECK(tolerated, path, ": unexpected tensor ", e.name,
+    bool tolerated = (e->name == "lm_head.weight" && config.tie_word_embeddings) ||
+                     e->name.find("rotary_emb.inv_freq") != std::string::npos;
+    FANOUT_CHECK(tolerated, path, ": unexpected tensor ", e->name,
                  " (not part of this config's model)");
   }
   params.assign(static_cast<size_t>(layout.total()), 0.0f);
@@ -93,12 +94,8 @@ void llama_read_weights(const LlamaConfig& config, const std::string& path,
 }
 
 void llama_load_weights(LlamaModel& model, const std::string& dir) {
-  fs::path path = fs::path(dir) / "model.safetensors";
-  std::error_code ec;
-  FANOUT_CHECK(fs::exists(fs::symlink_status(path, ec)), "checkpoint '", dir,
-               "' has no model.safetensors");
   std::vector<float> host;
-  llama_read_weights(model.config(), path.string(), host);
+  llama_read_weights(model.config(), safetensors_model_path(dir), host);
   tensor_upload(model.compute_stream(), model.params(), host.data());
   model.params_to_working(0, model.params().numel());
 }

@@ -1,7 +1,9 @@
 #pragma once
 // A model directory as HF writes and reads it: config.json (HF Llama keys) and
-// model.safetensors (HF names, F32 or BF16). Loading validates every tensor name
-// and shape against the config; a tied model needs no lm_head.weight.
+// model.safetensors (HF names, F32 or BF16), or HF's sharded form
+// (model.safetensors.index.json and its shards, models/safetensors_index.h). Loading
+// validates every tensor name and shape against the config; a tied model needs no
+// lm_head.weight. Writing is always the single file.
 
 #include <memory>
 #include <string>
@@ -17,7 +19,8 @@ void llama_save(LlamaModel& model, const std::string& dir, bool bf16 = false);
 // The same from host memory: `params` in flat layout order, written with HF names.
 void llama_write_weights(const LlamaConfig& config, const std::vector<float>& params,
                          const std::string& path, bool bf16 = false);
-// `path` (a model.safetensors) into `params` (flat layout order), validating every
+// `path` (a model.safetensors, or a model.safetensors.index.json with its shards
+// beside it) into `params` (flat layout order), validating every
 // name and shape against the config, and that every value is finite.
 void llama_read_weights(const LlamaConfig& config, const std::string& path,
                         std::vector<float>& params);
@@ -32,7 +35,8 @@ void llama_check_finite(const LlamaConfig& config, const std::vector<float>& val
 
 // DIR/config.json; errors name the directory.
 LlamaConfig llama_load_config(const std::string& dir);
-// Copies DIR/model.safetensors into the model's parameters (and working weights).
+// Copies DIR's weights (safetensors_model_path: the single file, else the sharded
+// index) into the model's parameters (and working weights).
 void llama_load_weights(LlamaModel& model, const std::string& dir);
 // Both: a ready model on `device` whose working weights are `working` (f32, or
 // bf16 for mixed precision).

@@ -12,6 +12,7 @@
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/file_io.h"
+#include "models/rope_scaling.h"
 
 namespace fanout::models {
 
@@ -102,6 +103,7 @@ void LlamaConfig::validate(const std::string& source) const {
                ": rms_norm_eps must be positive and finite, got ", rms_norm_eps);
   FANOUT_CHECK(std::isfinite(rope_theta) && rope_theta > 0, source,
                ": rope_theta must be positive and finite, got ", rope_theta);
+  rope_scaling_validate(rope_scaling, source + ": rope_scaling");
   FANOUT_CHECK(vocab_size < (int64_t{1} << 31), source, ": vocab_size ", vocab_size,
                " is too large (token ids are 32-bit: at most 2147483647)");
   FANOUT_CHECK(max_position_embeddings < (int64_t{1} << 31), source, ": max_position_embeddings ",
@@ -184,9 +186,6 @@ LlamaConfig llama_preset(std::string_view name) {
 LlamaConfig llama_config_from_json(const json& j, const std::string& source) {
   FANOUT_CHECK(j.is_object(), source, ": expected a JSON object, got ", json_shown(j));
   check_string(j, "model_type", "llama", source, "model_type", "llama");
-  if (find_key(j, "rope_scaling") != nullptr) {
-    detail::throw_error(source + ": rope_scaling is not supported (plain RoPE only)");
-  }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     if (const json* v = find_key(j, key)) {
       FANOUT_CHECK(v->is_boolean(), source, ": ", key, " must be true or false, got ",
@@ -214,10 +213,14 @@ LlamaConfig llama_config_from_json(const json& j, const std::string& source) {
   if (const json* rp = find_key(j, "rope_parameters")) {
     FANOUT_CHECK(rp->is_object(), source, ": rope_parameters must be a JSON object, got ",
                  json_shown(*rp));
-    check_string(*rp, "rope_type", "default", source, "rope_parameters.rope_type", "default");
+    c.rope_scaling = rope_scaling_from_json(*rp, source, "rope_parameters");
     theta = get_number(*rp, "rope_theta", source + ": rope_parameters", theta);
   }
   c.rope_theta = get_number(j, "rope_theta", source, theta);
+  // transformers 4 writes rope_scaling (null when plain); 5 writes rope_parameters.
+  if (const json* rs = find_key(j, "rope_scaling")) {
+    c.rope_scaling = rope_scaling_from_json(*rs, source, "rope_scaling");
+  }
   if (const json* tie = find_key(j, "tie_word_embeddings")) {
     FANOUT_CHECK(tie->is_boolean(), source, ": tie_word_embeddings must be true or false, got ",
                  json_shown(*tie));
@@ -252,7 +255,7 @@ json llama_config_to_json(const LlamaConfig& c) {
       {"max_position_embeddings", c.max_position_embeddings},
       {"rms_norm_eps", c.rms_norm_eps},
       {"rope_theta", c.rope_theta},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", rope_scaling_to_json(c.rope_scaling)},
       {"tie_word_embeddings", c.tie_word_embeddings},
       {"hidden_act", "silu"},
       {"attention_bias", false},

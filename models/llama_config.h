@@ -1,7 +1,8 @@
 #pragma once
 // LlamaConfig: the hyper-parameters of HF's LlamaForCausalLM, read from and
 // written to HF config.json keys, plus the built-in presets (tiny, small, seed).
-// Settings fanout does not implement (rope scaling, biases, other activations)
+// Settings fanout does not implement (rope scaling other than linear and llama3,
+// biases, other activations)
 // are refused with a clear message rather than silently ignored; so are sizes whose
 // products overflow or whose weights cannot fit in memory, before anything is allocated.
 
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "ops/rope_freq.h"
 
 namespace fanout::models {
 
@@ -25,6 +28,7 @@ struct LlamaConfig {
   int64_t max_position_embeddings = 1024;
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  ops::RopeScaling rope_scaling;  // config.json's rope_scaling (models/rope_scaling.h)
   bool tie_word_embeddings = false;
   int64_t bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;  // -1: not set
 
@@ -32,6 +36,8 @@ struct LlamaConfig {
   // from), or the sizes when the weights cannot fit (llama_config_check_memory).
   void validate(const std::string& source = "config") const;
   int64_t num_parameters() const;
+  // What the RoPE ops need: rope_theta and rope_scaling.
+  ops::RopeFreq rope() const { return {rope_theta, rope_scaling}; }
   // The same, with every product checked: an overflow throws naming the fields and `source`.
   int64_t parameters(const std::string& source) const;
   int64_t parameters_per_layer(const std::string& source) const;

@@ -62,8 +62,8 @@ std::vector<float> LlamaGenerator::feed(const std::vector<int32_t>& ids) {
     ops::matmul_forward(s, q, ln, w(o.q, {Hd, C}), n, C, Hd);
     ops::matmul_forward(s, k_new, ln, w(o.k, {KVd, C}), n, C, KVd);
     ops::matmul_forward(s, v_new, ln, w(o.v, {KVd, C}), n, C, KVd);
-    ops::rope_forward(s, q, q, 1, n, H, D, c.rope_theta, P);
-    ops::rope_forward(s, k_new, k_new, 1, n, KV, D, c.rope_theta, P);
+    ops::rope_forward(s, q, q, 1, n, H, D, c.rope(), P);
+    ops::rope_forward(s, k_new, k_new, 1, n, KV, D, c.rope(), P);
     Tensor k_all = k_cache_[l].view(0, {P + n, KVd}), v_all = v_cache_[l].view(0, {P + n, KVd});
     ops::attention_forward(s, att, lse, q, k_all, v_all, 1, n, P + n, H, KV, D);
     ops::matmul_forward(s, tmp, att, w(o.o, {C, Hd}), n, Hd, C);

@@ -358,8 +358,8 @@ void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
     ops::matmul_forward(s, x.q, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
     ops::matmul_forward(s, x.k, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
     ops::matmul_forward(s, x.v, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
-    ops::rope_forward(s, x.q, x.q, B, T, H, D, c.rope_theta, 0);
-    ops::rope_forward(s, x.k, x.k, B, T, KV, D, c.rope_theta, 0);
+    ops::rope_forward(s, x.q, x.q, B, T, H, D, c.rope(), 0);
+    ops::rope_forward(s, x.k, x.k, B, T, KV, D, c.rope(), 0);
     ops::attention_forward(s, x.att, x.lse, x.q, x.k, x.v, B, T, T, H, KV, D);
     ops::matmul_forward(s, a.tmp_c, x.att, w(o.o, {C, Hd}), N, Hd, C);
     ops::residual_forward(s, x.res_mid, a.res[l], a.tmp_c, N * C);
@@ -510,8 +510,8 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
                          C);
     ops::attention_backward(s, a.dq, a.dk, a.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, B, T, H, KV,
                             D);
-    ops::rope_backward(s, a.dq, a.dq, B, T, H, D, c.rope_theta, 0);
-    ops::rope_backward(s, a.dk, a.dk, B, T, KV, D, c.rope_theta, 0);
+    ops::rope_backward(s, a.dq, a.dq, B, T, H, D, c.rope(), 0);
+    ops::rope_backward(s, a.dk, a.dk, B, T, KV, D, c.rope(), 0);
     zero(a.dln, N * C);
     ops::matmul_backward(s, a.dln, g(o.q, {Hd, C}), a.dq, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
     ops::matmul_backward(s, a.dln, g(o.k, {KVd, C}), a.dk, x.ln1, w(o.k, {KVd, C}), N, C, KVd);

@@ -9,7 +9,7 @@
 namespace fanout::ops {
 
 void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t B, int64_t T,
-                  int64_t H, int64_t D, double theta, int64_t pos_offset) {
+                  int64_t H, int64_t D, const RopeFreq& freq, int64_t pos_offset) {
   const char* op = "rope_forward";
   FANOUT_ASSERT(D % 2 == 0, op, ": head dim ", D, " is odd");
   FANOUT_ASSERT(pos_offset >= 0, op, ": pos_offset ", pos_offset, " is negative");
@@ -20,9 +20,9 @@ void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t 
     case DeviceKind::cpu:
       stream.enqueue([=] {
         if (X == DType::f32)
-          cpu::rope_forward(out.data<float>(), inp.data<float>(), B, T, H, D, theta, pos_offset);
+          cpu::rope_forward(out.data<float>(), inp.data<float>(), B, T, H, D, freq, pos_offset);
         else
-          cpu::rope_forward(out.data<cpu::bf16>(), inp.data<cpu::bf16>(), B, T, H, D, theta,
+          cpu::rope_forward(out.data<cpu::bf16>(), inp.data<cpu::bf16>(), B, T, H, D, freq,
                             pos_offset);
       });
       return;
@@ -30,7 +30,7 @@ void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t 
       FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
 #ifdef FANOUT_HAS_CUDA
       cuda::rope_forward_f32(stream.cuda_handle(), out.data<float>(), inp.data<float>(), B, T, H, D,
-                             theta, pos_offset);
+                             freq, pos_offset);
       return;
 #else
       FANOUT_CHECK(false, op, ": this build has no CUDA backend");
@@ -39,7 +39,7 @@ void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t 
 }
 
 void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64_t B, int64_t T,
-                   int64_t H, int64_t D, double theta, int64_t pos_offset) {
+                   int64_t H, int64_t D, const RopeFreq& freq, int64_t pos_offset) {
   const char* op = "rope_backward";
   FANOUT_ASSERT(D % 2 == 0, op, ": head dim ", D, " is odd");
   FANOUT_ASSERT(pos_offset >= 0, op, ": pos_offset ", pos_offset, " is negative");
@@ -50,9 +50,9 @@ void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64
     case DeviceKind::cpu:
       stream.enqueue([=] {
         if (X == DType::f32)
-          cpu::rope_backward(dinp.data<float>(), dout.data<float>(), B, T, H, D, theta, pos_offset);
+          cpu::rope_backward(dinp.data<float>(), dout.data<float>(), B, T, H, D, freq, pos_offset);
         else
-          cpu::rope_backward(dinp.data<cpu::bf16>(), dout.data<cpu::bf16>(), B, T, H, D, theta,
+          cpu::rope_backward(dinp.data<cpu::bf16>(), dout.data<cpu::bf16>(), B, T, H, D, freq,
                              pos_offset);
       });
       return;
@@ -60,7 +60,7 @@ void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64
       FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
 #ifdef FANOUT_HAS_CUDA
       cuda::rope_backward_f32(stream.cuda_handle(), dinp.data<float>(), dout.data<float>(), B, T, H,
-                              D, theta, pos_offset);
+                              D, freq, pos_offset);
       return;
 #else
       FANOUT_CHECK(false, op, ": this build has no CUDA backend");

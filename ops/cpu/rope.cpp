@@ -39,25 +39,37 @@ struct RopeTables {
 // Shared pointers: a caller keeps its tables even if, while its loop waits, this
 // thread runs another rope (oneTBB may run other work there) that clears the cache.
 template <typename R>
-std::shared_ptr<const RopeTables<R>> rope_tables(int64_t T, int64_t D, double theta,
+std::shared_ptr<const RopeTables<R>> rope_tables(int64_t T, int64_t D, const RopeFreq& freq,
                                                  int64_t pos_offset, double sign) {
-  using Key = std::tuple<int64_t, int64_t, double, int64_t, double>;
+  const RopeScaling& sc = freq.scaling;
+  using Key =
+      std::tuple<int64_t, int64_t, double, int, double, double, double, int64_t, int64_t, double>;
   thread_local std::map<Key, std::shared_ptr<const RopeTables<R>>> cache;
-  Key key{T, D, theta, pos_offset, sign};
+  Key key{T,
+          D,
+          freq.theta,
+          static_cast<int>(sc.type),
+          sc.factor,
+          sc.low_freq_factor,
+          sc.high_freq_factor,
+          sc.original_max_position_embeddings,
+          pos_offset,
+          sign};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   // Generation asks for a new pos_offset every token: keep the cache small.
   if (cache.size() >= 16) cache.clear();
   const int64_t half = D / 2;
+  std::vector<double> inv_freq(half);
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = rope_inv_freq(freq, i, D);
   auto made = std::make_shared<RopeTables<R>>();
   RopeTables<R>& t = *made;
   t.cos_t.resize(T * half), t.sin_t.resize(T * half);
   for (int64_t p = 0; p < T; ++p) {
     double pos = static_cast<double>(pos_offset + p);
     for (int64_t i = 0; i < half; ++i) {
-      double inv_freq = 1.0 / std::pow(theta, static_cast<double>(2 * i) / D);
-      t.cos_t[p * half + i] = static_cast<R>(std::cos(pos * inv_freq));
-      t.sin_t[p * half + i] = static_cast<R>(sign * std::sin(pos * inv_freq));
+      t.cos_t[p * half + i] = static_cast<R>(std::cos(pos * inv_freq[i]));
+      t.sin_t[p * half + i] = static_cast<R>(sign * std::sin(pos * inv_freq[i]));
     }
   }
   cache.emplace(key, made);
@@ -69,10 +81,10 @@ std::shared_ptr<const RopeTables<R>> rope_tables(int64_t T, int64_t D, double th
 // are read before either is written, so out may alias inp.
 template <typename Real>
 void rope_rotate(Real* out, const Real* inp, int64_t B, int64_t T, int64_t H, int64_t D,
-                 double theta, int64_t pos_offset, double sign) {
+                 const RopeFreq& freq, int64_t pos_offset, double sign) {
   using R = typename RotateIn<Real>::type;
   const int64_t half = D / 2;
-  const std::shared_ptr<const RopeTables<R>> tables = rope_tables<R>(T, D, theta, pos_offset, sign);
+  const std::shared_ptr<const RopeTables<R>> tables = rope_tables<R>(T, D, freq, pos_offset, sign);
   const std::vector<R>& cos_t = tables->cos_t;
   const std::vector<R>& sin_t = tables->sin_t;
   parallel_for_index(int64_t{0}, B * T, [&](int64_t bt) {
@@ -96,29 +108,29 @@ void rope_rotate(Real* out, const Real* inp, int64_t B, int64_t T, int64_t H, in
 
 template <typename Real>
 void rope_forward(Real* out, const Real* inp, int64_t B, int64_t T, int64_t H, int64_t D,
-                  double theta, int64_t pos_offset) {
-  rope_rotate(out, inp, B, T, H, D, theta, pos_offset, 1.0);
+                  const RopeFreq& freq, int64_t pos_offset) {
+  rope_rotate(out, inp, B, T, H, D, freq, pos_offset, 1.0);
 }
 
 template <typename Real>
 void rope_backward(Real* dinp, const Real* dout, int64_t B, int64_t T, int64_t H, int64_t D,
-                   double theta, int64_t pos_offset) {
+                   const RopeFreq& freq, int64_t pos_offset) {
   // The forward is an orthogonal rotation per pair, so its Jacobian-transpose is
   // the rotation by the negative angle.
-  rope_rotate(dinp, dout, B, T, H, D, theta, pos_offset, -1.0);
+  rope_rotate(dinp, dout, B, T, H, D, freq, pos_offset, -1.0);
 }
 
-template void rope_forward<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t, double,
-                                  int64_t);
+template void rope_forward<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                                  const RopeFreq&, int64_t);
 template void rope_forward<double>(double*, const double*, int64_t, int64_t, int64_t, int64_t,
-                                   double, int64_t);
-template void rope_backward<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t, double,
-                                   int64_t);
-template void rope_forward<bf16>(bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t, double,
-                                 int64_t);
-template void rope_backward<bf16>(bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t, double,
-                                  int64_t);
+                                   const RopeFreq&, int64_t);
+template void rope_backward<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                                   const RopeFreq&, int64_t);
+template void rope_forward<bf16>(bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t,
+                                 const RopeFreq&, int64_t);
+template void rope_backward<bf16>(bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t,
+                                  const RopeFreq&, int64_t);
 template void rope_backward<double>(double*, const double*, int64_t, int64_t, int64_t, int64_t,
-                                    double, int64_t);
+                                    const RopeFreq&, int64_t);
 
 }  // namespace fanout::ops::cpu

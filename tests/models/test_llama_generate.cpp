@@ -136,3 +136,24 @@ TEST_CASE("argmax picks the first of tied largest logits") {
   CHECK(argmax({-3.0f}) == 0);
   CHECK(argmax({-2.0f, -1.0f}) == 1);
 }
+
+TEST_CASE("KV-cache logits equal a full forward under llama3 rope scaling") {
+  // The cache path rotates each new token at its own position offset: with scaled
+  // frequencies it must still agree with the full forward, and differ from plain RoPE.
+  LlamaConfig c = test_config();
+  c.rope_scaling = {ops::RopeScalingType::llama3, 8.0, 1.0, 4.0, 8};  // all three bands at D 32
+  LlamaModel m(c, cpu_device(0));
+  init_strong(m, 22);
+  std::vector<int32_t> ids = random_tokens(kLen, c.vocab_size, 5);
+  std::vector<std::vector<float>> ref = full_logits(m, ids);
+  LlamaGenerator gen(m, kLen);
+  std::vector<float> got = gen.feed({ids.begin(), ids.begin() + kPrompt});
+  CHECK(rel_max(got, ref[kPrompt - 1]) < 1e-4);
+  for (int64_t t = kPrompt; t < kLen; ++t) {
+    CAPTURE(t);
+    CHECK(rel_max(gen.feed({ids[t]}), ref[t]) < 1e-4);
+  }
+  LlamaModel plain(test_config(), cpu_device(0));
+  init_strong(plain, 22);
+  CHECK(rel_max(full_logits(plain, ids)[kLen - 1], ref[kLen - 1]) > 1e-3);
+}

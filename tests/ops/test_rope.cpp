@@ -200,3 +200,102 @@ TEST_CASE("rope refuses mixed or non-float dtypes") {
   CHECK_THROWS_AS(ops::rope_backward(s, f, b, 1, 2, 1, 4, kTheta, 0), InternalError);
   CHECK_THROWS_AS(ops::rope_backward(s, b, f, 1, 2, 1, 4, kTheta, 0), InternalError);
 }
+
+// --- rope_scaling (ops/rope_freq.h) ---------------------------------------------
+
+namespace {
+// Llama 3.1's numbers with the original context shrunk to 64 so that a head of
+// D = 32 at theta 10000 has pairs in all three bands: wavelengths 2 pi ... 3.5e4
+// against the band edges 64 / 4 = 16 and 64 / 1 = 64.
+ops::RopeFreq llama3_freq() {
+  return {kTheta, {ops::RopeScalingType::llama3, 8.0, 1.0, 4.0, 64}};
+}
+}  // namespace
+
+TEST_CASE("llama3 inv_freq keeps high frequencies, divides low ones, blends the band between") {
+  const int64_t D = 32;
+  const ops::RopeFreq f = llama3_freq();
+  int kept = 0, divided = 0, blended = 0;
+  for (int64_t i = 0; i < D / 2; ++i) {
+    CAPTURE(i);
+    const double plain = 1.0 / std::pow(kTheta, 2.0 * i / D);
+    const double wavelen = 2 * M_PI / plain;
+    const double got = ops::rope_inv_freq(f, i, D);
+    CHECK(ops::rope_inv_freq(kTheta, i, D) == plain);  // no scaling: exactly the old formula
+    if (wavelen < 16) {
+      CHECK(got == plain);
+      ++kept;
+    } else if (wavelen > 64) {
+      CHECK(got == doctest::Approx(plain / 8).epsilon(1e-15));
+      ++divided;
+    } else {
+      // smooth runs from 1 at wavelen 16 to 0 at wavelen 64.
+      const double smooth = (64 / wavelen - 1.0) / (4.0 - 1.0);
+      CHECK(smooth >= 0);
+      CHECK(smooth <= 1);
+      CHECK(got == doctest::Approx((1 - smooth) * plain / 8 + smooth * plain).epsilon(1e-15));
+      CHECK(got < plain);
+      CHECK(got > plain / 8);
+      ++blended;
+    }
+  }
+  CHECK(kept > 0);
+  CHECK(divided > 0);
+  CHECK(blended > 0);
+  // linear: every frequency divided.
+  const ops::RopeFreq linear{kTheta, {ops::RopeScalingType::linear, 4.0}};
+  CHECK(ops::rope_inv_freq(linear, 3, D) == doctest::Approx(ops::rope_inv_freq(kTheta, 3, D) / 4));
+}
+
+TEST_CASE("rope with llama3 scaling rotates by the scaled angles, forward and backward") {
+  const ops::RopeFreq f = llama3_freq();
+  const Sizes s{2, 7, 3, 32};
+  const int64_t pos_offset = 50;
+  auto x = random_vector(s.B * s.T * s.H * s.D, 7, -2, 2);
+  std::vector<double> expected(x.size());
+  const int64_t half = s.D / 2;
+  for (int64_t bt = 0; bt < s.B * s.T; ++bt)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t base = (bt * s.H + h) * s.D;
+        const double angle = (pos_offset + bt % s.T) * ops::rope_inv_freq(f, i, s.D);
+        const double x1 = x[base + i], x2 = x[base + i + half];
+        expected[base + i] = x1 * std::cos(angle) - x2 * std::sin(angle);
+        expected[base + i + half] = x2 * std::cos(angle) + x1 * std::sin(angle);
+      }
+  std::vector<double> y(x.size());
+  ops::cpu::rope_forward<double>(y.data(), x.data(), s.B, s.T, s.H, s.D, f, pos_offset);
+  std::string why;
+  CHECK_MESSAGE(all_close(y, expected, 1e-12, 1e-12, &why), why);
+  // Not the plain rotation: the scaling reached the tables (and their cache key).
+  auto plain = forward_double(x, s, kTheta, pos_offset);
+  CHECK_FALSE(all_close(y, plain, 1e-3, 1e-3));
+
+  // Backward: central finite differences of <forward(x), dy>.
+  const Sizes small{1, 3, 2, 32};
+  auto xs = random_vector(small.B * small.T * small.H * small.D, 8, -2, 2);
+  auto dy = random_vector(xs.size(), 9);
+  std::vector<double> dx(xs.size());
+  ops::cpu::rope_backward<double>(dx.data(), dy.data(), small.B, small.T, small.H, small.D, f,
+                                  pos_offset);
+  auto gx = numeric_grad(
+      [&](const std::vector<double>& v) {
+        std::vector<double> out(v.size());
+        ops::cpu::rope_forward<double>(out.data(), v.data(), small.B, small.T, small.H, small.D, f,
+                                       pos_offset);
+        return dot(out, dy);
+      },
+      xs);
+  REQUIRE(max_abs(gx) > 0.1);
+  CHECK_MESSAGE(all_close(dx, gx, 1e-6, 1e-8, &why), why);
+
+  // The f32 and bf16 dispatch read the same scaled tables.
+  Stream st(cpu_device(0), "cpu:0 compute");
+  const Shape shape{s.B, s.T, s.H, s.D};
+  Tensor t = f32_tensor(st, x, shape);
+  ops::rope_forward(st, t, t, s.B, s.T, s.H, s.D, f, pos_offset);
+  CHECK_MESSAGE(all_close(f32_values(st, t), expected, 1e-5, 1e-6, &why), why);
+  Tensor b16 = bf16_tensor(st, bf16_rounded(x), shape);
+  ops::rope_forward(st, b16, b16, s.B, s.T, s.H, s.D, f, pos_offset);
+  CHECK_MESSAGE(all_close(bf16_values(st, b16), expected, 2e-2, 2e-2, &why), why);
+}

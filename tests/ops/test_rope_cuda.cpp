@@ -45,3 +45,25 @@ TEST_CASE("rope forward and backward on cuda:0 match the CPU, in place too") {
     }
   }
 }
+
+TEST_CASE("rope with llama3 and linear scaling on cuda:0 matches the CPU") {
+  CpuAndCuda s;
+  const ops::RopeFreq scaled[] = {
+      {500000.0, {ops::RopeScalingType::llama3, 8.0, 1.0, 4.0, 8192}},
+      {10000.0, {ops::RopeScalingType::llama3, 32.0, 1.0, 4.0, 64}},
+      {10000.0, {ops::RopeScalingType::linear, 4.0}},
+  };
+  const int64_t B = 2, T = 37, H = 3, D = 64, pos = 5000;
+  const int64_t n = B * T * H * D;
+  for (const ops::RopeFreq& f : scaled) {
+    CAPTURE(f.scaling.factor);
+    TensorPair x = f32_pair(s, random_vector(n, 11), {B, T, H, D});
+    TensorPair y = f32_pair(s, random_vector(n, 12), {B, T, H, D});
+    ops::rope_forward(s.cpu, y.cpu, x.cpu, B, T, H, D, f, pos);
+    ops::rope_forward(s.gpu, y.gpu, x.gpu, B, T, H, D, f, pos);
+    check_cuda_matches_cpu(s, y, 1e-5, 1e-6, "out");
+    ops::rope_backward(s.cpu, x.cpu, y.cpu, B, T, H, D, f, pos);
+    ops::rope_backward(s.gpu, x.gpu, y.gpu, B, T, H, D, f, pos);
+    check_cuda_matches_cpu(s, x, 1e-5, 1e-6, "dinp");
+  }
+}

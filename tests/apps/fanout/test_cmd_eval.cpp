@@ -152,12 +152,12 @@ TEST_CASE("eval refuses a config.json that is not valid JSON") {
   check_fails(eval(f.ckpt, f.bin), "not valid JSON");
 }
 
-TEST_CASE("eval refuses a config with linear rope scaling") {
+TEST_CASE("eval refuses a config with yarn rope scaling") {
   EvalFiles f;
   config_edit(f.ckpt, [](nlohmann::json& j) {
-    j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    j["rope_scaling"] = {{"type", "yarn"}, {"factor", 2.0}};
   });
-  check_fails(eval(f.ckpt, f.bin), "rope_scaling is not supported");
+  check_fails(eval(f.ckpt, f.bin), "rope_scaling.rope_type \"yarn\" is not supported");
 }
 
 TEST_CASE("eval names a required config key that is missing") {
