@@ -33,7 +33,10 @@ DataLoader::DataLoader(const TokenData& data, int64_t B, int64_t T, bool packing
                  T, " + 1; use a smaller --batch-size or --seq-len");
   } else {
     FANOUT_CHECK(!data.documents.empty(), data.path,
-                 ": --packing off needs a text file of documents separated by blank lines");
+                 ": --packing off needs documents (a text file of documents separated by blank "
+                 "lines, or a token file of [BOT] doc [EOT])");
+    FANOUT_CHECK(data.pad >= 0, data.path,
+                 ": --packing off pads rows with [PAD], and the tokenizer has none");
     int64_t docs = static_cast<int64_t>(data.documents.size());
     batches_ = docs / B;
     FANOUT_CHECK(batches_ > 0, data.path, ": ", docs, " documents are fewer than one batch of ", B,
@@ -72,13 +75,14 @@ Batch DataLoader::batch_at(int64_t epoch, int64_t index) const {
     const std::vector<int32_t>& doc = data_.documents[w * B_ + r];
     std::vector<int32_t> row;
     row.reserve(T_ + 1);
-    row.push_back(kBot);
+    // The tokenizer's specials (token_file.h); one it lacks is left out.
+    if (data_.bot >= 0) row.push_back(data_.bot);
     row.insert(row.end(), doc.begin(), doc.end());
-    row.push_back(kEot);
-    row.resize(T_ + 1, kPad);  // cut long documents, right-pad short ones
+    if (data_.eot >= 0) row.push_back(data_.eot);
+    row.resize(T_ + 1, data_.pad);  // cut long documents, right-pad short ones
     for (int64_t t = 0; t < T_; ++t) {
       b.inputs[r * T_ + t] = row[t];
-      b.targets[r * T_ + t] = row[t + 1] == kPad ? ignore_ : row[t + 1];
+      b.targets[r * T_ + t] = row[t + 1] == data_.pad ? ignore_ : row[t + 1];
     }
   }
   return b;

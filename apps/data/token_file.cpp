@@ -9,7 +9,6 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "apps/data/tokenizer.h"
 #include "engine/core/check.h"
@@ -251,7 +250,8 @@ uint64_t token_file_text_limit() {
   return std::min(kMaxTextBytes, static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 32);
 }
 
-TokenData token_file_load(const std::string& path, std::string_view flag) {
+TokenData token_file_load(const std::string& path, std::string_view flag,
+                          const TextTokenizer& tokenizer) {
   FANOUT_CHECK(!path.empty(), flag.empty() ? "" : std::string(flag) + ": ",
                "an empty string is not a file name");
   const RegularFile file(path);
@@ -261,12 +261,76 @@ TokenData token_file_load(const std::string& path, std::string_view flag) {
   // The first two header ints decide; the name only matters when they do not match.
   int32_t head[2] = {0, 0};
   const bool has_head = read_at(file.fd(), head, sizeof head, 0, path) == sizeof head;
+  data.bot = tokenizer.bot(), data.eot = tokenizer.eot(), data.pad = tokenizer.pad();
   if ((has_head && is_token_magic(head[0])) || name_ends_with_bin(path)) {
     load_bin(data, file);
+  } else if (tokenizer.describe() == "byte") {
+    load_text(data, file);  // streamed (Note [Streaming text])
   } else {
-    load_text(data, file);
+    const uint64_t limit = token_file_text_limit();
+    FANOUT_CHECK(file.size() <= limit, path, ": ", file.size(), " bytes of text is more than the ",
+                 limit,
+                 " bytes a text file may hold here (convert it with fanout prepare to an llm.c "
+                 ".bin token file, which is read on demand)");
+    const std::string text = file_read_regular(path, limit);
+    TokenData encoded = token_data_from_documents(split_documents(text), tokenizer, path);
+    FANOUT_CHECK(!encoded.documents.empty(), path, ": holds no text (only blank lines)");
+    return encoded;
   }
   return data;
+}
+
+TokenData token_data_from_documents(const std::vector<std::string>& documents,
+                                    const TextTokenizer& tokenizer, const std::string& name) {
+  TokenData data;
+  data.path = name;
+  data.bot = tokenizer.bot(), data.eot = tokenizer.eot(), data.pad = tokenizer.pad();
+  data.documents.reserve(documents.size());
+  for (const std::string& doc : documents) {
+    std::vector<int32_t> ids = tokenizer.encode(doc);
+    if (data.bot >= 0) data.tokens.push_back(data.bot);
+    data.tokens.insert(data.tokens.end(), ids.begin(), ids.end());
+    if (data.eot >= 0) data.tokens.push_back(data.eot);
+    data.documents.push_back(std::move(ids));
+  }
+  return data;
+}
+
+// Note [Packing off over a token file]
+// An llm.c file is one stream; `fanout prepare` (and the text path) write it as
+// [BOT] doc [EOT] per document, so the documents come back by cutting after each
+// [EOT] of the run's tokenizer and dropping a leading [BOT]. Packing off then does
+// to them exactly what it does to a text file's documents (data_loader.h): one per
+// row, [BOT] doc [EOT] cut or padded with [PAD] to T+1, PAD targets ignored. A file
+// made with another tokenizer (or none: plain GPT-2 streams hold only EOT) splits
+// wherever that [EOT] id falls, so the tokenizer of --tokenizer must be the one the
+// file was prepared with, as it must for the loss to mean anything.
+void token_data_split_documents(TokenData& data) {
+  FANOUT_CHECK(data.map, data.path, ": not an llm.c token file");
+  FANOUT_CHECK(data.eot >= 0, data.path,
+               ": --packing off needs the tokenizer's [EOT] to find the documents, and the "
+               "tokenizer has none");
+  const int64_t n = data.map->count();
+  // Every id is held twice (the stream and the documents) while they are split.
+  const uint64_t bytes = static_cast<uint64_t>(n) * 8;
+  FANOUT_CHECK(bytes <= token_file_text_limit(), data.path, ": ", n,
+               " tokens are too many to hold in memory for --packing off (limit ",
+               token_file_text_limit() / 8, "); use --packing on");
+  std::vector<int32_t> all(static_cast<size_t>(n));
+  data.tokens_copy(0, n, all.data());
+  data.documents.clear();
+  std::vector<int32_t> doc;
+  for (const int32_t t : all) {
+    if (t == data.eot) {
+      if (!doc.empty()) data.documents.push_back(std::move(doc));
+      doc.clear();
+    } else if (!(t == data.bot && doc.empty())) {
+      doc.push_back(t);
+    }
+  }
+  FANOUT_CHECK(!data.documents.empty(), data.path, ": holds no [EOT] (id ", data.eot,
+               "), so --packing off finds no documents: give the --tokenizer it was prepared "
+               "with, or use --packing on");
 }
 
 void token_data_check_vocab(const TokenData& data, int64_t vocab_size) {
@@ -299,27 +363,33 @@ void token_data_check_vocab(const TokenData& data, int64_t vocab_size) {
   }
 }
 
-void token_file_write_bin(const std::string& path, const std::vector<int32_t>& tokens) {
+void token_file_write_bin(const std::string& path, const std::vector<int32_t>& tokens,
+                          int64_t vocab_size) {
   FANOUT_CHECK(tokens.size() <= 0x7fffffffu, path, ": too many tokens for one llm.c file");
-  bool narrow = true;
+  bool narrow = vocab_size <= 65536;
   for (int32_t t : tokens) {
     FANOUT_CHECK(t >= 0, path, ": cannot store the negative token id ", t);
-    narrow &= t < 65536;
+    FANOUT_CHECK(vocab_size <= 0 || t < vocab_size, path, ": token id ", t,
+                 " is past the vocabulary of ", vocab_size);
+    if (vocab_size <= 0) narrow &= t < 65536;
   }
-  std::vector<int32_t> header(kHeaderInts, 0);
+  const int width = narrow ? 2 : 4;
+  std::string bytes(static_cast<size_t>(kHeaderBytes) + tokens.size() * width, '\0');
+  int32_t header[kHeaderInts] = {};
   header[0] = narrow ? kBinMagicU16 : kBinMagicU32;
   header[1] = narrow ? 1 : 7;
   header[2] = static_cast<int32_t>(tokens.size());
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  FANOUT_CHECK(out.good(), path, ": cannot write");
-  out.write(reinterpret_cast<const char*>(header.data()), kHeaderInts * 4);
+  std::memcpy(bytes.data(), header, kHeaderBytes);
+  char* body = bytes.data() + kHeaderBytes;
   if (narrow) {
-    std::vector<uint16_t> raw(tokens.begin(), tokens.end());
-    out.write(reinterpret_cast<const char*>(raw.data()), raw.size() * 2);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const uint16_t v = static_cast<uint16_t>(tokens[i]);
+      std::memcpy(body + i * 2, &v, 2);
+    }
   } else {
-    out.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4);
+    std::memcpy(body, tokens.data(), tokens.size() * 4);
   }
-  FANOUT_CHECK(out.good(), path, ": cannot write");
+  file_write_atomic(path, bytes, "token file");
 }
 
 }  // namespace fanout::data

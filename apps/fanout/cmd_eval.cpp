@@ -1,6 +1,7 @@
 // `fanout eval`: the mean loss of a checkpoint over a data file, with llm.c's
 // no-shuffle windows (B*T+1 tokens advancing by B*T), split over --devices. A
-// checkpoint with NaN or Inf weights is refused by the reader, naming the tensor.
+// checkpoint with NaN or Inf weights is refused by the reader, naming the tensor. A
+// text file is encoded with the checkpoint's tokenizer.json.
 
 #include <cmath>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "apps/data/token_file.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
+#include "apps/train/checkpoint.h"
 #include "apps/train/device_memory.h"
 #include "apps/train/train_options.h"
 #include "engine/core/check.h"
@@ -44,7 +46,9 @@ int run_eval(const EvalArgs& a) {
   FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len ", a.seq_len,
                " exceeds the checkpoint's max_position_embeddings (",
                config.max_position_embeddings, ")");
-  data::TokenData data = data::token_file_load(a.data, "--data");
+  // Text is encoded with the checkpoint's tokenizer.json (bytes for checkpoints without one).
+  const auto tokenizer = train::checkpoint_tokenizer(a.checkpoint);
+  data::TokenData data = data::token_file_load(a.data, "--data", *tokenizer);
   data::token_data_check_vocab(data, config.vocab_size);
   data::DataLoader loader(data, a.batch_size, a.seq_len, true, false, 0, models::kIgnoreIndex);
 
@@ -89,9 +93,12 @@ Command add_eval_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Mean loss of a checkpoint over a data file");
   auto a = std::make_shared<EvalArgs>();
   cmd->add_option("--checkpoint", a->checkpoint,
-                  "Checkpoint directory (config.json + model.safetensors)")
+                  "Checkpoint directory (config.json + model.safetensors, or HF shards)")
       ->required();
-  cmd->add_option("--data", a->data, "llm.c .bin token file, or a UTF-8 text file")->required();
+  cmd->add_option("--data", a->data,
+                  "llm.c .bin token file, or a UTF-8 text file (encoded with the checkpoint's "
+                  "tokenizer.json, else as bytes)")
+      ->required();
   add_number(cmd, "--batch-size", a->batch_size, "Rows per batch", int64_t{1}, train::kMaxCount);
   add_number(cmd, "--seq-len", a->seq_len, "Tokens per row", int64_t{1}, train::kMaxCount);
   cmd->add_option("--devices", a->devices, "Devices, e.g. cpu:0,cpu:1 or auto")

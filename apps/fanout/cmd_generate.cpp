@@ -1,6 +1,8 @@
 // `fanout generate`: sampling from a checkpoint with a KV cache — greedy when
 // --temperature is 0, else temperature and optional top-k from a seeded RNG. A
 // checkpoint with NaN or Inf weights is refused by the reader, naming the tensor.
+// Text goes through the checkpoint's tokenizer.json, and control characters in
+// what is printed are made visible (terminal_text.h).
 
 #include <algorithm>
 #include <chrono>
@@ -14,9 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/data/terminal_text.h"
 #include "apps/data/tokenizer.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
+#include "apps/train/checkpoint.h"
 #include "apps/train/device_memory.h"
 #include "apps/train/train_options.h"
 #include "engine/core/check.h"
@@ -92,12 +96,21 @@ int run_generate(const GenerateArgs& a) {
   }
   auto model =
       models::llama_load(a.checkpoint, device, train::precision_dtype(a.precision, {device}));
+  // The checkpoint's tokenizer.json encodes and decodes (bytes for checkpoints without one).
+  const auto tokenizer = train::checkpoint_tokenizer(a.checkpoint);
+  const int64_t vocab = model->config().vocab_size;
   std::vector<int32_t> prompt;
   if (!a.prompt_ids.empty()) {
     prompt = parse_ids(a.prompt_ids);
   } else {
-    prompt = data::byte_encode(a.prompt);
-    if (model->config().vocab_size > data::kBot) prompt.insert(prompt.begin(), data::kBot);
+    prompt = tokenizer->encode(a.prompt);
+    if (tokenizer->bot() >= 0 && tokenizer->bot() < vocab) {
+      prompt.insert(prompt.begin(), tokenizer->bot());
+    }
+    for (const int32_t id : prompt) {
+      FANOUT_CHECK(id < vocab, "--prompt encodes to id ", id, " but the model has ", vocab,
+                   " tokens (the checkpoint's tokenizer does not fit its model)");
+    }
   }
   const int64_t total = size_add("the prompt plus --max-new-tokens",
                                  {static_cast<int64_t>(prompt.size()), a.max_new_tokens});
@@ -112,17 +125,18 @@ int run_generate(const GenerateArgs& a) {
   for (int64_t i = 0; i < a.max_new_tokens; ++i) {
     int32_t next = sample(logits, a.temperature, a.top_k, rng);
     out.push_back(next);
-    if (a.stop_at_eot && next == data::kEot) break;
+    if (a.stop_at_eot && next == tokenizer->eot()) break;
     if (i + 1 < a.max_new_tokens) logits = gen.feed({next});
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::string text = data::byte_decode(out);
+  std::string text = tokenizer->decode(out);
   if (a.json) {
     nlohmann::json j = {{"prompt_ids", prompt}, {"ids", out}, {"text", text}};
     // Sampled bytes need not be valid UTF-8: replace what is not.
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    std::printf("%s%s\n", a.prompt.c_str(), text.c_str());
+    // Sampled text may hold terminal control sequences: printed visible (terminal_text.h).
+    std::printf("%s\n", data::terminal_text_escape(a.prompt + text).c_str());
   }
   std::fprintf(stderr, "generated %zu tokens in %.2f s (%.1f tokens/s)\n", out.size(), secs,
                out.size() / std::max(secs, 1e-9));
@@ -134,7 +148,8 @@ Command add_generate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Sample text from a checkpoint (KV cache)");
   auto a = std::make_shared<GenerateArgs>();
   cmd->add_option("--checkpoint", a->checkpoint, "Checkpoint directory")->required();
-  cmd->add_option("--prompt", a->prompt, "Prompt text (byte tokenizer)");
+  cmd->add_option("--prompt", a->prompt,
+                  "Prompt text, encoded with the checkpoint's tokenizer.json (else as bytes)");
   cmd->add_option("--prompt-ids", a->prompt_ids, "Prompt as token ids, e.g. 256,72,105");
   add_number(cmd, "--max-new-tokens", a->max_new_tokens, "Tokens to generate", int64_t{0},
              train::kMaxCount);

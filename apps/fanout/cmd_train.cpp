@@ -2,6 +2,8 @@
 // apps/train/train_options.h). With no flags: the tiny preset on every available
 // device, on the embedded default corpus.
 
+#include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <set>
@@ -9,8 +11,10 @@
 
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
+#include "apps/presentation/run_curves.h"
 #include "apps/train/device_memory.h"
 #include "apps/train/trainer.h"
+#include "engine/core/check.h"
 
 namespace fanout::app {
 
@@ -44,6 +48,9 @@ Command add_train_command(CLI::App& app) {
   // data
   add("data", o->data, "llm.c .bin token file or UTF-8 text (default: the embedded corpus)");
   add("val-data", o->val_data, "Held-out data for --eval-every");
+  add("tokenizer", o->tokenizer,
+      "A tokenizer.json (HF's format) for text data and samples (default: the byte tokenizer; "
+      "a resumed run uses its checkpoint's)");
   add("packing", o->packing, "on: llm.c windows; off: one document per row, padded");
   opts->emplace_back("shuffle", cmd->add_flag("--shuffle,!--no-shuffle", o->shuffle,
                                               "Visit the windows of each epoch in random order"));
@@ -96,8 +103,18 @@ Command add_train_command(CLI::App& app) {
       "Checkpoint every N steps (0: only the final one)");
   num("eval-every", o->eval_every, int64_t{0}, kMaxCount,
       "Held-out loss every N steps (0: only at the end)");
-  num("eval-batches", o->eval_batches, int64_t{0}, kMaxCount,
-      "Held-out batches per evaluation (0: the whole held-out set)");
+  // --eval-batches: the older name of --val-batches (Note [Validation settings]).
+  opts->emplace_back("val-batches",
+                     add_number<int64_t>(cmd, "--val-batches,--eval-batches", o->val_batches,
+                                         "Held-out batches per evaluation (0: the whole "
+                                         "held-out set; --eval-batches is the older name)",
+                                         0, kMaxCount));
+  num("keep-last", o->keep_last, int64_t{0}, kMaxCount,
+      "Keep only the newest N step checkpoints (0: keep all; final/ and best/ always stay)");
+  flag("save-best", o->save_best,
+       "Keep the checkpoint with the best held-out loss as best/ (needs --eval-every)");
+  num("early-stop", o->early_stop, int64_t{0}, kMaxCount,
+      "Stop after N evaluations without a better held-out loss (0: never)");
   add("resume", o->resume,
       "Continue from a checkpoint directory; 'last': the newest in --out; 'auto': the newest "
       "in --out if there is one, else start fresh (for fanout launch --max-restarts)");
@@ -109,7 +126,30 @@ Command add_train_command(CLI::App& app) {
     std::set<std::string> given;
     for (const auto& [name, opt] : *opts)
       if (opt->count() > 0) given.insert(name);
-    return train::train_run(*o, given);
+    // Rank 0's run directory gets curves.svg however the run ended (done, early
+    // stop, Ctrl-C, a NaN loss): a picture that fails is a warning, never the run's result.
+    std::string run_dir;
+    auto draw = [&] {
+      // Nothing logged (stopped before the first step): no picture of nothing.
+      std::error_code ec;
+      const auto logged = std::filesystem::file_size(run_dir + "/metrics.jsonl", ec);
+      if (run_dir.empty() || ec || logged == 0) return;
+      try {
+        std::string path = presentation::run_curves_write(run_dir);
+        if (!o->json) std::printf("curves written to %s\n", path.c_str());
+      } catch (const Error& e) {
+        std::fprintf(stderr, "fanout: warning: no curves.svg: %s\n", e.what());
+      }
+    };
+    int rc = 0;
+    try {
+      rc = train::train_run(*o, given, &run_dir);
+    } catch (const Error&) {
+      draw();
+      throw;
+    }
+    draw();
+    return rc;
   };
 }
 

@@ -19,5 +19,11 @@ Command add_bench_command(CLI::App& app);
 Command add_train_command(CLI::App& app);
 Command add_launch_command(CLI::App& app);
 Command add_walkthrough_command(CLI::App& app);
+Command add_tokenizer_command(CLI::App& app);
+// `fanout tokenizer encode`, registered by add_tokenizer_command on its group.
+Command add_tokenizer_encode_command(CLI::App& tokenizer);
+Command add_prepare_command(CLI::App& app);
+Command add_plot_command(CLI::App& app);
+Command add_report_command(CLI::App& app);
 
 }  // namespace fanout::app

@@ -59,7 +59,9 @@ int main(int argc, char** argv) {
       app::add_train_command(app),       app::add_devices_command(app),
       app::add_eval_command(app),        app::add_generate_command(app),
       app::add_bench_command(app),       app::add_launch_command(app),
-      app::add_walkthrough_command(app),
+      app::add_walkthrough_command(app), app::add_tokenizer_command(app),
+      app::add_prepare_command(app),     app::add_plot_command(app),
+      app::add_report_command(app),
   };
   if (argc > 1) {
     if (std::string why = unknown_command(app, argv[1]); !why.empty()) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -44,12 +45,16 @@ using nlohmann::json;
 //   {"version": 1, "step": S, "data": {"epoch": E, "index": I}, "seed": U,
 //    "tokens_seen": N, "flags": {...}}
 // S, E, I, N are non-negative integers, U an unsigned 64-bit integer, flags an object.
+// Optional (absent in older checkpoints and before the first evaluation):
+//   "validation": {"best_loss": L, "best_step": B, "evals_since_best": K}, B <= S
+//   "val_loss": V   the held-out loss of these weights (best/ always has it)
 
 namespace {
 
 constexpr const char* kConfigFile = "config.json";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kTokenizerFile = "tokenizer.json";  // optional (Checkpoint::tokenizer_json)
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFormat = "fanout-adamw";
 constexpr const char* kTempTag = ".tmp-";
@@ -209,7 +214,8 @@ void check_replaceable(const fs::path& dir) {
   const fs::file_status st = fs::symlink_status(dir, ec);
   if (!fs::exists(st)) return;
   FANOUT_CHECK(fs::is_directory(st), "exists and is not a directory");
-  const std::set<std::string> ours = {kConfigFile, kModelFile, kOptimizerFile, kStateFile};
+  const std::set<std::string> ours = {kConfigFile, kModelFile, kOptimizerFile, kStateFile,
+                                      kTokenizerFile};
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
     std::string name = e.path().filename().string();
     if (name.size() > 4 && name.ends_with(".tmp")) name.resize(name.size() - 4);
@@ -229,6 +235,12 @@ json state_to_json(const TrainerState& s) {
   j["seed"] = s.seed;
   j["tokens_seen"] = s.tokens_seen;
   j["flags"] = s.flags;
+  if (s.best_step >= 0) {
+    j["validation"] = {{"best_loss", s.best_val_loss},
+                       {"best_step", s.best_step},
+                       {"evals_since_best", s.evals_since_best}};
+  }
+  if (std::isfinite(s.val_loss)) j["val_loss"] = s.val_loss;
   return j;
 }
 
@@ -238,6 +250,10 @@ void state_check(const TrainerState& s) {
                ", index ", s.data.index, ") is negative");
   FANOUT_CHECK(s.tokens_seen >= 0, "tokens_seen is negative (", s.tokens_seen, ")");
   FANOUT_CHECK(s.flags.is_object(), "flags must be a JSON object, got ", s.flags.type_name());
+  FANOUT_CHECK(s.best_step < 0 || (s.best_step <= s.step && std::isfinite(s.best_val_loss) &&
+                                   s.evals_since_best >= 0),
+               "validation history (best step ", s.best_step, ", loss ", s.best_val_loss,
+               ", evaluations since ", s.evals_since_best, ") does not fit step ", s.step);
 }
 
 const json& state_key(const json& j, const char* key, const std::string& name) {
@@ -288,6 +304,25 @@ TrainerState state_from_text(const std::string& text) {
   s.flags = state_key(j, "flags", "flags");
   FANOUT_CHECK(s.flags.is_object(), kStateFile, ": \"flags\" must be an object, got ",
                s.flags.type_name());
+  if (j.contains("validation")) {
+    const json& v = j["validation"];
+    FANOUT_CHECK(v.is_object(), kStateFile, ": \"validation\" must be an object, got ",
+                 v.type_name());
+    const json& loss = state_key(v, "best_loss", "validation.best_loss");
+    FANOUT_CHECK(loss.is_number() && std::isfinite(loss.get<double>()), kStateFile,
+                 ": \"validation.best_loss\" must be a finite number, got ", loss.dump());
+    s.best_val_loss = loss.get<double>();
+    s.best_step = state_count(v, "best_step", "validation.best_step");
+    s.evals_since_best = state_count(v, "evals_since_best", "validation.evals_since_best");
+    FANOUT_CHECK(s.best_step <= s.step, kStateFile, ": \"validation.best_step\" ", s.best_step,
+                 " is past the checkpoint's step ", s.step);
+  }
+  if (j.contains("val_loss")) {
+    const json& v = j["val_loss"];
+    FANOUT_CHECK(v.is_number() && std::isfinite(v.get<double>()), kStateFile,
+                 ": \"val_loss\" must be a finite number, got ", v.dump());
+    s.val_loss = v.get<double>();
+  }
   return s;
 }
 
@@ -375,6 +410,7 @@ void files_write(const fs::path& dir, const Checkpoint& ckpt) {
   path_sync(dir / kConfigFile, false);
   models::llama_write_weights(ckpt.config, ckpt.params, (dir / kModelFile).string());
   optimizer_write(ckpt.config, ckpt, dir / kOptimizerFile);
+  if (!ckpt.tokenizer_json.empty()) file_write_synced(dir / kTokenizerFile, ckpt.tokenizer_json);
   file_write_synced(dir / kStateFile, state_text);  // last: it marks the checkpoint complete
   path_sync(dir, true);
 }
@@ -458,8 +494,20 @@ Checkpoint checkpoint_read(const std::string& dir_arg) {
     models::llama_config_check_memory(ckpt.config, kConfigFile, true);
     models::llama_read_weights(ckpt.config, (dir / kModelFile).string(), ckpt.params);
     optimizer_read(ckpt.config, dir / kOptimizerFile, ckpt);
+    if (fs::exists(fs::symlink_status(dir / kTokenizerFile, ec))) {
+      ckpt.tokenizer_json = file_read_regular((dir / kTokenizerFile).string());
+      // Loaded once here, so a damaged file is named before the run starts.
+      data::tokenizer_from_json(ckpt.tokenizer_json, (shown / kTokenizerFile).string());
+    }
     return ckpt;
   });
+}
+
+std::shared_ptr<const data::TextTokenizer> checkpoint_tokenizer(const std::string& dir) {
+  const fs::path path = fs::path(dir) / kTokenizerFile;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return data::byte_tokenizer();
+  return data::tokenizer_load(path.string());
 }
 
 std::string checkpoint_step_name(int64_t step) {

@@ -6,12 +6,15 @@
 // crash at any moment leaves the previous complete checkpoint or the new one.
 
 #include <cstdint>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "apps/data/data_loader.h"
+#include "apps/data/text_tokenizer.h"
 #include "models/llama_config.h"
 
 namespace fanout::train {
@@ -22,12 +25,21 @@ struct TrainerState {
   uint64_t seed = 0;
   int64_t tokens_seen = 0;
   nlohmann::json flags = nlohmann::json::object();  // the run's settings, stored verbatim
+  // The held-out history --save-best and --early-stop continue from on resume: the
+  // best loss so far and its step (-1: no evaluation yet), evaluations since it
+  // last improved, and this step's own held-out loss (NaN: not evaluated at it).
+  double best_val_loss = 0;
+  int64_t best_step = -1, evals_since_best = 0;
+  double val_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct Checkpoint {
   models::LlamaConfig config;
   std::vector<float> params, exp_avg, exp_avg_sq;  // flat layout order (LlamaLayout), whole
   TrainerState state;
+  // The run's tokenizer as HF's tokenizer.json text; "" in checkpoints written
+  // before runs carried one (their runs used the byte tokenizer).
+  std::string tokenizer_json;
 };
 
 // Writes the checkpoint directory `dir` (creating its parent if needed):
@@ -35,6 +47,7 @@ struct Checkpoint {
 //   model.safetensors      HF names, F32
 //   optimizer.safetensors  "exp_avg.<hf name>" and "exp_avg_sq.<hf name>", F32,
 //                          __metadata__ {"format": "fanout-adamw"}
+//   tokenizer.json         the run's tokenizer (HF's format; when tokenizer_json is set)
 //   trainer_state.json     see checkpoint.cpp for the schema
 // See Note [Atomic checkpoint directory] in checkpoint.cpp. An existing `dir` is
 // replaced only if it holds nothing but checkpoint files. Errors: "checkpoint <dir>: ...".
@@ -42,6 +55,11 @@ void checkpoint_write(const std::string& dir, const Checkpoint& ckpt);
 
 // Reads and validates every file; throws fanout::Error "checkpoint <dir>: <problem>".
 Checkpoint checkpoint_read(const std::string& dir);
+
+// The tokenizer of checkpoint directory `dir` (any HF model folder): its
+// tokenizer.json, or the byte tokenizer when it has none (checkpoints from before
+// tokenizers). A tokenizer.json that does not load is an error naming it.
+std::shared_ptr<const data::TextTokenizer> checkpoint_tokenizer(const std::string& dir);
 
 // The directory name for step N: "step-000123".
 std::string checkpoint_step_name(int64_t step);

@@ -1,9 +1,12 @@
 #include "apps/train/progress.h"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -25,7 +28,65 @@ std::string clock_str(double seconds) {
   }
   return buf;
 }
+std::string fmt(const char* f, auto... args) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, f, args...);
+  return buf;
+}
+
+// "step 3/300 | loss 2.1000 | ..." of the fields in `keep`, in display order.
+enum Field { kStep, kLoss, kTokens, kLr, kEta, kMemory, kFields };
+
+std::string stats_join(const std::string (&fields)[kFields], const bool (&keep)[kFields]) {
+  std::string out;
+  for (int i = 0; i < kFields; ++i) {
+    if (!keep[i] || fields[i].empty()) continue;
+    out += (out.empty() ? "" : " | ") + fields[i];
+  }
+  return out;
+}
 }  // namespace
+
+std::string progress_line_fit(const StepReport& r, int64_t total, double eta_s, int width) {
+  if (width <= 0) return "";
+  const std::string fields[kFields] = {
+      fmt("step %lld/%lld", static_cast<long long>(r.step), static_cast<long long>(total)),
+      fmt("loss %.4f", r.loss),
+      fmt("%.0f tok/s", r.tokens_per_s),
+      fmt("lr %.2e", r.lr),
+      "ETA " + clock_str(eta_s),
+      r.memory};
+  bool keep[kFields] = {true, true, true, true, true, true};
+  // Dropped in this order until the line fits.
+  const Field drop[] = {kMemory, kLr, kTokens, kEta};
+  const size_t w = static_cast<size_t>(width);
+  std::string stats = stats_join(fields, keep);
+  for (Field f : drop) {
+    if (stats.size() <= w) break;
+    keep[f] = false;
+    stats = stats_join(fields, keep);
+  }
+  if (stats.size() > w) return stats.substr(0, w);
+  // The bar takes what is left, up to 24 cells; under 8 it says too little to show.
+  const size_t room = w - stats.size();
+  if (room < 8 + 3) return stats;
+  const int64_t cells = static_cast<int64_t>(std::min<size_t>(24, room - 3));
+  const int64_t filled =
+      cells * std::clamp<int64_t>(r.step, 0, total) / std::max<int64_t>(total, 1);
+  std::string line(1, '[');
+  line.append(static_cast<size_t>(filled), '#').append(static_cast<size_t>(cells - filled), '.');
+  return line.append("] ").append(stats);
+}
+
+int terminal_columns(int fd) {
+  winsize ws{};
+  if (::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (const char* c = std::getenv("COLUMNS")) {
+    const int n = std::atoi(c);
+    if (n > 0) return n;
+  }
+  return 80;
+}
 
 Progress::Progress(int64_t total_steps, int64_t first_step, bool quiet)
     : total_(total_steps),
@@ -46,19 +107,20 @@ void Progress::step(const StepReport& r) {
   double elapsed = std::chrono::duration<double>(now - start_).count();
   int64_t done = r.step - first_ + 1, left = total_ - r.step;
   double eta = done > 0 ? elapsed / done * left : 0;
-  char stats[256];
-  std::snprintf(stats, sizeof stats, "step %lld/%lld | loss %.4f | %.0f tok/s | lr %.2e | ETA %s",
-                static_cast<long long>(r.step), static_cast<long long>(total_), r.loss,
-                r.tokens_per_s, r.lr, clock_str(eta).c_str());
   if (tty_) {
-    const int width = 24;
-    int filled = static_cast<int>(width * r.step / std::max<int64_t>(total_, 1));
-    std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
-    std::printf("\r\033[K[%s] %s | %s", bar.c_str(), stats, r.memory.c_str());
+    // One column spare: a line filling the last column would wrap on some terminals.
+    // The width is asked each time, so a resized window is followed.
+    const std::string line =
+        progress_line_fit(r, total_, eta, terminal_columns(fileno(stdout)) - 1);
+    std::printf("\r\033[K%s", line.c_str());
     std::fflush(stdout);
     bar_shown_ = true;
     return;
   }
+  char stats[256];
+  std::snprintf(stats, sizeof stats, "step %lld/%lld | loss %.4f | %.0f tok/s | lr %.2e | ETA %s",
+                static_cast<long long>(r.step), static_cast<long long>(total_), r.loss,
+                r.tokens_per_s, r.lr, clock_str(eta).c_str());
   // Plain lines: the first steps, then about every 10 seconds, and the last.
   bool due = r.step - first_ < 3 || r.step == total_ ||
              std::chrono::duration<double>(now - last_line_).count() >= 10.0;

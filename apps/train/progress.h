@@ -1,7 +1,8 @@
 #pragma once
 // What a training run shows and records: a progress bar on a terminal (step,
-// loss, tokens/s, lr, ETA, memory per device) or plain periodic lines when
-// stdout is not a terminal, and metrics.jsonl (one JSON object per line).
+// loss, tokens/s, lr, ETA, memory per device), redrawn in place and fitted to the
+// terminal's width, or plain periodic lines when stdout is not a terminal, and
+// metrics.jsonl (one JSON object per line).
 
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,14 @@ struct StepReport {
   double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
   std::string memory;  // "cpu:0 58M cpu:1 48M"
 };
+
+// The terminal line for step `r` of `total` (ETA in seconds), at most `width`
+// columns: fields are dropped, least useful first (memory, lr, tokens/s, ETA, the
+// bar), rather than wrapped; below the width of "step N/M | loss L" it is cut.
+std::string progress_line_fit(const StepReport& r, int64_t total, double eta_s, int width);
+
+// The width of the terminal on `fd` (TIOCGWINSZ), else $COLUMNS, else 80.
+int terminal_columns(int fd);
 
 class Progress {
  public:

@@ -47,7 +47,7 @@ bool temp_name(const std::string& name, long& pid) {
 // perhaps half-written as NAME.tmp): anything else is not provably ours.
 bool only_checkpoint_files(const fs::path& dir) {
   static const char* const kFiles[] = {"config.json", "model.safetensors", "optimizer.safetensors",
-                                       "trainer_state.json"};
+                                       "trainer_state.json", "tokenizer.json"};
   std::error_code ec;
   if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {

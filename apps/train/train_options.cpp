@@ -44,7 +44,10 @@ namespace fanout::train {
   X("seed", seed)                           \
   X("save-every", save_every)               \
   X("eval-every", eval_every)               \
-  X("eval-batches", eval_batches)
+  X("val-batches", val_batches)             \
+  X("keep-last", keep_last)                 \
+  X("save-best", save_best)                 \
+  X("early-stop", early_stop)
 // clang-format on
 
 nlohmann::json train_options_to_json(const TrainOptions& o) {
@@ -113,6 +116,12 @@ void train_options_merge(TrainOptions& o, const nlohmann::json& j,
   // checkpoints before --grad-comm have none (fp32).
   if (o.precision.empty()) o.precision = "fp32";
   if (o.grad_comm.empty()) o.grad_comm = "fp32";
+  // Note [Validation settings]: "val-batches" is the stored name; checkpoints written
+  // before it saved the same setting as "eval-batches", and the flag keeps that name
+  // as an alias (cmd_train.cpp), so either given again counts as "val-batches".
+  if (!j.contains("val-batches") && !keep.count("val-batches")) {
+    merge_one(o.val_batches, j, "eval-batches", keep);
+  }
 }
 
 void train_options_validate(const TrainOptions& o) {
@@ -123,7 +132,9 @@ void train_options_validate(const TrainOptions& o) {
   check_count(o.warmup, "warmup", 0);
   check_count(o.save_every, "save-every", 0);
   check_count(o.eval_every, "eval-every", 0);
-  check_count(o.eval_batches, "eval-batches", 0);
+  check_count(o.val_batches, "val-batches", 0);
+  check_count(o.keep_last, "keep-last", 0);
+  check_count(o.early_stop, "early-stop", 0);
   check_real(o.bucket_mb, "bucket-mb", 0, kMaxBucketMb, true);
   check_real(o.lr, "lr", 0, 1e6, true);
   check_real(o.min_lr, "min-lr", 0, 1e6, false);
@@ -147,6 +158,16 @@ void train_options_validate(const TrainOptions& o) {
                "--precision must be fp32 or bf16, got '", o.precision, "'");
   FANOUT_CHECK(o.grad_comm == "fp32" || o.grad_comm == "bf16",
                "--grad-comm must be fp32 or bf16, got '", o.grad_comm, "'");
+}
+
+void train_options_check_validation(const TrainOptions& o, bool has_val) {
+  for (const char* flag : {"save-best", "early-stop"}) {
+    const bool on = flag[0] == 's' ? o.save_best : o.early_stop > 0;
+    if (!on) continue;
+    FANOUT_CHECK(has_val, "--", flag, " compares held-out losses: give --val-data FILE");
+    FANOUT_CHECK(o.eval_every > 0, "--", flag,
+                 " compares held-out losses: give --eval-every N (N > 0)");
+  }
 }
 
 DType precision_dtype(const std::string& precision, const std::vector<Device>& devices,

@@ -22,6 +22,9 @@ struct TrainOptions {
   // data
   std::string data, val_data, packing = "on";
   bool shuffle = false;
+  // A tokenizer.json for text data ("": the byte tokenizer, or a resumed or --init
+  // checkpoint's tokenizer.json). Run-local: a checkpoint carries the file itself.
+  std::string tokenizer;
   // devices and parallelism
   std::string devices, output_device, strategy = "dp", loss_on = "replicas";
   std::string device_memory;  // a cap on each device's live bytes, e.g. 512MiB ("": none)
@@ -40,7 +43,14 @@ struct TrainOptions {
   uint64_t seed = 1234;
   // run
   std::string out, resume, trace;
-  int64_t save_every = 100, eval_every = 100, eval_batches = 0;  // eval_batches 0: the whole set
+  int64_t save_every = 100, eval_every = 100;
+  // Held-out batches per evaluation (0: the whole set). Stored as "val-batches";
+  // --eval-batches is its older name (Note [Validation settings] in train_options.cpp).
+  int64_t val_batches = 0;
+  // Step checkpoints kept (0: all); best/ holds the best held-out loss; stop after
+  // this many evaluations without improvement (0: never).
+  int64_t keep_last = 0, early_stop = 0;
+  bool save_best = false;
   bool json = false;
   // ddp (set by the launcher's environment)
   double timeout = 300.0;
@@ -60,6 +70,10 @@ nlohmann::json train_options_to_json(const TrainOptions& o);
 // again); run-local settings (out, resume, trace, json, devices) are never taken.
 void train_options_merge(TrainOptions& o, const nlohmann::json& j,
                          const std::set<std::string>& keep);
+
+// --save-best and --early-stop compare held-out losses: they need held-out data
+// (`has_val`) and --eval-every > 0; throws one line naming the flag otherwise.
+void train_options_check_validation(const TrainOptions& o, bool has_val);
 
 // The working dtype of `--precision` (fp32 or bf16) for a run on `devices`;
 // refuses an unknown name, and bf16 on CUDA devices (it arrives with the CUDA

@@ -11,6 +11,7 @@
 #include "apps/data/corpus.h"
 #include "apps/data/data_loader.h"
 #include "apps/data/tokenizer.h"
+#include "apps/train/checkpoint_rotation.h"
 #include "apps/train/device_memory.h"
 #include "apps/train/launcher_env.h"
 #include "apps/train/memory_check.h"
@@ -22,6 +23,7 @@
 #include "engine/core/file_io.h"
 #include "models/llama_checkpoint.h"
 #include "models/llama_model.h"
+#include "models/safetensors_index.h"
 
 namespace fanout::train {
 
@@ -104,7 +106,7 @@ void check_out_dir(const std::string& out) {
 }
 
 // Whether `name` is something a fanout run writes in its --out: the lock,
-// metrics.jsonl, a checkpoint (step-N, final) or a temporary of one of them
+// metrics.jsonl, curves.svg, a checkpoint (step-N, final) or a temporary of one of them
 // (NAME.tmp-*, NAME.old-*) that an interrupted write left. `checkpoint` is set for
 // a checkpoint or its complete copy renamed aside (what checkpoint_find_last reads).
 bool run_dir_entry(std::string name, bool& checkpoint) {
@@ -117,7 +119,8 @@ bool run_dir_entry(std::string name, bool& checkpoint) {
       name.resize(at);
     }
   }
-  if (name == "metrics.jsonl") return true;
+  // curves.svg: drawn from metrics.jsonl when a run ends (apps/fanout/cmd_train.cpp).
+  if (name == "metrics.jsonl" || name == "curves.svg" || name == kBestCheckpoint) return true;
   const bool step = name.size() > 5 && name.rfind("step-", 0) == 0 &&
                     name.find_first_not_of("0123456789", 5) == std::string::npos;
   checkpoint = (step || name == "final") && !temp;
@@ -153,6 +156,61 @@ std::string resume_auto_dir(const std::string& out) {
   }
   if (ec) detail::throw_error(detail::str_cat("--resume auto: --out ", out, ": ", ec.message()));
   return any_checkpoint ? checkpoint_find_last(out) : "";
+}
+
+// Note [A run's tokenizer]
+// A checkpoint carries the tokenizer its run trained with (tokenizer.json), so a
+// resumed run (or one started from --init) keeps it: a --tokenizer given again must
+// be the same tokenizer (compared as the tokenizer.json each writes), anything else
+// would change what every id means. Checkpoints from before tokenizers carry none:
+// their runs used the byte tokenizer. An --init folder without tokenizer.json (an HF
+// model folder) takes --tokenizer, or bytes.
+std::shared_ptr<const data::TextTokenizer> run_tokenizer(const TrainOptions& o, const Setup& s) {
+  std::shared_ptr<const data::TextTokenizer> flag;
+  if (!o.tokenizer.empty()) flag = data::tokenizer_load(o.tokenizer);
+  std::shared_ptr<const data::TextTokenizer> carried;
+  std::string from;
+  if (s.resume) {
+    from = s.resume_dir;
+    carried = s.resume->tokenizer_json.empty()
+                  ? data::byte_tokenizer()
+                  : data::tokenizer_from_json(s.resume->tokenizer_json,
+                                              (fs::path(from) / "tokenizer.json").string());
+  } else if (!o.init.empty() && fs::exists(fs::path(o.init) / "tokenizer.json")) {
+    from = o.init;  // an --init folder without one (any HF model folder) takes --tokenizer
+    carried = checkpoint_tokenizer(o.init);
+  }
+  if (!carried) return flag ? flag : data::byte_tokenizer();
+  FANOUT_CHECK(!flag || flag->to_json() == carried->to_json(), "--tokenizer ", o.tokenizer, " (",
+               flag ? flag->describe() : "", ") is not the tokenizer checkpoint ", from,
+               " was trained with (", carried->describe(),
+               "): drop --tokenizer, the run keeps the checkpoint's");
+  return carried;
+}
+
+// Every id of the tokenizer must have an embedding row.
+void check_tokenizer_fits(const TrainOptions& o, const Setup& s) {
+  const int64_t have = s.config.vocab_size, need = s.tokenizer->vocab_size();
+  if (need <= have) return;
+  const std::string name = o.tokenizer.empty() ? "the checkpoint's tokenizer.json" : o.tokenizer;
+  std::string model, fix;
+  if (s.resume || !o.init.empty()) {
+    model = "the checkpoint's model has " + std::to_string(have);
+    fix = "train a new model (--preset or --config) for this tokenizer";
+  } else if (!o.config.empty()) {
+    model = "the config " + o.config + " has vocab_size " + std::to_string(have);
+    fix = "use a config with vocab_size >= " + std::to_string(need);
+  } else {
+    model = "the preset '" + o.preset + "' has " + std::to_string(have);
+    fix = "use a config with vocab_size >= " + std::to_string(need);
+    for (const std::string& p : models::llama_preset_names()) {
+      if (models::llama_preset(p).vocab_size >= need) {
+        fix = "use --preset " + p + " or a config with vocab_size >= " + std::to_string(need);
+        break;
+      }
+    }
+  }
+  detail::throw_error(detail::str_cat(name, " has ", need, " tokens but ", model, ": ", fix));
 }
 
 }  // namespace
@@ -204,8 +262,7 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     FANOUT_CHECK(!given.count("preset") && !given.count("config"),
                  "--init takes the model from its checkpoint: drop --preset and --config");
     s.config = models::llama_load_config(o.init);
-    models::llama_read_weights(s.config, (fs::path(o.init) / "model.safetensors").string(),
-                               s.init_params);
+    models::llama_read_weights(s.config, models::safetensors_model_path(o.init), s.init_params);
   } else if (!o.config.empty()) {
     s.config = models::llama_config_load(o.config);
   } else {
@@ -320,26 +377,40 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     ask.shards = s.ddp.enabled ? s.ddp.world : n;
     memory_check_fits(s.config, s.devices, ask);
   }
+  s.tokenizer = run_tokenizer(o, s);
+  // The byte tokenizer keeps today's rule (ids are checked as the data loads); any
+  // other must fit the model whole.
+  if (s.tokenizer->describe() != "byte" || !o.tokenizer.empty()) check_tokenizer_fits(o, s);
+  const data::TextTokenizer& tok = *s.tokenizer;
   if (o.data.empty()) {
     data::Corpus corpus = data::default_corpus();
-    s.train_data =
-        data::corpus_token_data(corpus.train_documents, "<embedded default corpus: train>");
-    s.val_data =
-        data::corpus_token_data(corpus.heldout_documents, "<embedded default corpus: held out>");
+    const bool bytes = tok.describe() == "byte";
+    const char* train_name = "<embedded default corpus: train>";
+    const char* val_name = "<embedded default corpus: held out>";
+    s.train_data = bytes ? data::corpus_token_data(corpus.train_documents, train_name)
+                         : data::token_data_from_documents(corpus.train_documents, tok, train_name);
+    s.val_data = bytes ? data::corpus_token_data(corpus.heldout_documents, val_name)
+                       : data::token_data_from_documents(corpus.heldout_documents, tok, val_name);
     s.has_val = s.embedded = true;
     s.unigram = data::unigram_entropy(s.train_data.tokens);
   } else {
-    s.train_data = data::token_file_load(o.data);
+    s.train_data = data::token_file_load(o.data, {}, tok);
   }
   if (!o.val_data.empty()) {
-    s.val_data = data::token_file_load(o.val_data);
+    s.val_data = data::token_file_load(o.val_data, {}, tok);
     s.has_val = true;
   }
   data::token_data_check_vocab(s.train_data, s.config.vocab_size);
   if (s.has_val) data::token_data_check_vocab(s.val_data, s.config.vocab_size);
   if (o.packing == "off") {
-    FANOUT_CHECK(s.config.vocab_size > data::kPad, "--packing off pads with id ", data::kPad,
-                 ", which needs a vocabulary of at least ", data::kPad + 1, " tokens");
+    const int32_t pad = s.train_data.pad;
+    FANOUT_CHECK(pad >= 0, "--packing off pads rows with [PAD], and the tokenizer (",
+                 tok.describe(), ") has none; use --packing on");
+    FANOUT_CHECK(s.config.vocab_size > pad, "--packing off pads with id ", pad,
+                 ", which needs a vocabulary of at least ", pad + 1, " tokens");
+    // Token files hold one stream: their documents are cut out of it (token_file.h).
+    if (s.train_data.from_bin) data::token_data_split_documents(s.train_data);
+    if (s.has_val && s.val_data.from_bin) data::token_data_split_documents(s.val_data);
   }
   // Constructing loaders checks that the data holds at least one batch.
   data::DataLoader train_loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle,

@@ -3,6 +3,7 @@
 // the model config (preset, --config, --init or the resumed checkpoint), devices,
 // data, batch geometry, the ddp environment and the run directory.
 
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -26,6 +27,10 @@ struct Setup {
   std::optional<Device> output_device;
   std::vector<int64_t> chunk_sizes;
   int64_t micro_rows = 0;
+  // The run's tokenizer: --tokenizer, else the resumed (or --init) checkpoint's, else
+  // the byte tokenizer. Text data is encoded with it, samples decoded, and each
+  // checkpoint carries it as tokenizer.json.
+  std::shared_ptr<const data::TextTokenizer> tokenizer;
   data::TokenData train_data, val_data;
   bool has_val = false, embedded = false;
   double unigram = 0;

@@ -13,9 +13,11 @@
 
 #include "apps/data/corpus.h"
 #include "apps/data/data_loader.h"
+#include "apps/data/terminal_text.h"
 #include "apps/data/token_file.h"
 #include "apps/data/tokenizer.h"
 #include "apps/train/checkpoint.h"
+#include "apps/train/checkpoint_rotation.h"
 #include "apps/train/ddp_env.h"
 #include "apps/train/loss_functions.h"
 #include "apps/train/optimizer.h"
@@ -94,11 +96,23 @@ parallel::HostBatch rank_rows(const data::Batch& b, const DdpEnv& ddp) {
 parallel::HostBatch rank_rows(data::Batch&&,
                               const DdpEnv&) = delete;  // would point into a temporary
 
-double evaluate(parallel::DataParallel& dp, const Setup& s, parallel::ProcessGroup* group) {
+// One held-out evaluation: the mean loss over `batches` batches, `tokens` of them counted.
+struct EvalResult {
+  double loss = 0;
+  int64_t batches = 0, tokens = 0;
+  std::string str() const {
+    char line[128];
+    std::snprintf(line, sizeof line, "held-out loss %.4f over %lld batches (%lld tokens)", loss,
+                  static_cast<long long>(batches), static_cast<long long>(tokens));
+    return line;
+  }
+};
+
+EvalResult evaluate(parallel::DataParallel& dp, const Setup& s, parallel::ProcessGroup* group) {
   data::DataLoader loader(s.val_data, s.micro_rows, s.o.seq_len, s.o.packing == "on", false, 0,
                           models::kIgnoreIndex);
   int64_t n = loader.batches_per_epoch();
-  if (s.o.eval_batches > 0) n = std::min(n, s.o.eval_batches);
+  if (s.o.val_batches > 0) n = std::min(n, s.o.val_batches);
   double sums[2] = {0, 0};  // loss sum, counted tokens
   for (int64_t i = 0; i < n; ++i) {
     data::Batch b = loader.next();  // must outlive hb, which points into it
@@ -108,15 +122,18 @@ double evaluate(parallel::DataParallel& dp, const Setup& s, parallel::ProcessGro
     sums[0] += st.loss_sum, sums[1] += static_cast<double>(st.count);
   }
   if (group) group->all_reduce_host(sums, 2);
-  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+  return {sums[1] > 0 ? sums[0] / sums[1] : 0.0, n, static_cast<int64_t>(sums[1])};
 }
 
-std::string sample_text(models::LlamaModel& model, uint64_t seed, int64_t length) {
+// Decoded with the run's tokenizer, control characters escaped (terminal_text.h).
+std::string sample_text(models::LlamaModel& model, const data::TextTokenizer& tokenizer,
+                        uint64_t seed, int64_t length) {
   int64_t max_len = std::min<int64_t>(length + 1, model.config().max_position_embeddings);
   models::LlamaGenerator gen(model, max_len);
   std::mt19937_64 rng(seed);
   std::vector<int32_t> out;
-  std::vector<float> logits = gen.feed({model.config().vocab_size > data::kBot ? data::kBot : 0});
+  const int32_t bot = tokenizer.bot();
+  std::vector<float> logits = gen.feed({bot >= 0 && bot < model.config().vocab_size ? bot : 0});
   for (int64_t i = 1; i < max_len; ++i) {
     // temperature 0.8 over the 20 likeliest tokens
     std::vector<int32_t> order(logits.size());
@@ -135,18 +152,19 @@ std::string sample_text(models::LlamaModel& model, uint64_t seed, int64_t length
         next = order[j];
         break;
       }
-    if (next == data::kEot) break;
+    if (next == tokenizer.eot()) break;
     out.push_back(next);
     if (i + 1 < max_len) logits = gen.feed({next});
   }
-  return data::byte_decode(out);
+  return data::terminal_text_escape(tokenizer.decode(out));
 }
 
 }  // namespace
 
-int train_run(TrainOptions options, const std::set<std::string>& given) {
+int train_run(TrainOptions options, const std::set<std::string>& given, std::string* run_dir) {
   Setup s = train_prepare(std::move(options), given);
   const TrainOptions& o = s.o;
+  train_options_check_validation(o, s.has_val);
   const bool main_rank = s.ddp.is_main();  // only rank 0 prints, logs and checkpoints
   // Test hook (tests/apps/fanout): this rank kills itself at the start of a step.
   int64_t kill_step = -1;
@@ -178,6 +196,7 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   if (main_rank) {
     lock.emplace(o.out);
     cleaned = run_dir_remove_stale_temps(o.out);
+    if (run_dir) *run_dir = o.out;
   }
   models::LlamaLayout layout(s.config);
 
@@ -233,6 +252,31 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
     start = s.resume->state.step + 1;
     tokens_seen = s.resume->state.tokens_seen;
   }
+  // Note [Held-out history]: the best held-out loss, its step and the evaluations
+  // since it improved travel in trainer_state.json, so a resumed run keeps best/ and
+  // stops early exactly where the uninterrupted run would. Losses measured on other
+  // held-out data (--val-data or --val-batches given anew) are not comparable: the
+  // history then starts over. final/ is written before the end-of-run evaluation
+  // (the checkpoint first), so its history stops at the last evaluation in the loop;
+  // best/ still takes the end-of-run weights when they are the best.
+  double best_val = 0;
+  int64_t best_step = -1, evals_since_best = 0;
+  std::string history_note;
+  if (s.resume && s.resume->state.best_step >= 0) {
+    TrainOptions saved;
+    train_options_merge(saved, s.resume->state.flags, {});
+    if (saved.val_data == o.val_data && saved.val_batches == o.val_batches) {
+      best_val = s.resume->state.best_val_loss;
+      best_step = s.resume->state.best_step;
+      evals_since_best = s.resume->state.evals_since_best;
+    } else {
+      history_note =
+          "the held-out data or --val-batches changed: the best held-out loss and "
+          "--early-stop's count start over";
+    }
+  }
+  EvalResult last_eval;
+  int64_t last_eval_step = -1;
   Schedule schedule{o.schedule, o.lr, o.min_lr, o.warmup, o.steps};
   std::optional<MetricsLog> metrics;
   if (main_rank) metrics.emplace((fs::path(o.out) / "metrics.jsonl").string(), start - 1);
@@ -255,8 +299,40 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
     c.state.seed = o.seed;
     c.state.tokens_seen = tokens_seen;
     c.state.flags = train_options_to_json(o);
+    c.state.best_val_loss = best_val;
+    c.state.best_step = best_step;
+    c.state.evals_since_best = evals_since_best;
+    if (last_eval_step == step) c.state.val_loss = last_eval.loss;
+    c.tokenizer_json = s.tokenizer->to_json();
     checkpoint_write(dir, c);
     return dir;
+  };
+
+  // An evaluation after `step` (every rank: it is collective): logged, said, and
+  // best/ replaced when the loss improved under --save-best. Returns whether
+  // --early-stop's patience has run out.
+  auto on_eval = [&](int64_t step) -> bool {
+    last_eval = evaluate(dp, s, group);
+    last_eval_step = step;
+    if (metrics) metrics->write({{"step", step}, {"val_loss", last_eval.loss}});
+    const bool better = best_step < 0 || last_eval.loss < best_val;
+    if (better) {
+      best_val = last_eval.loss, best_step = step, evals_since_best = 0;
+    } else {
+      ++evals_since_best;
+    }
+    std::string line = "step " + std::to_string(step) + ": " + last_eval.str();
+    if (better && o.save_best) {
+      save(kBestCheckpoint, step);
+      line += " -> " + std::string(kBestCheckpoint) + "/";
+    } else if (!better && (o.save_best || o.early_stop > 0)) {
+      char best[96];
+      std::snprintf(best, sizeof best, " (best %.4f at step %lld)", best_val,
+                    static_cast<long long>(best_step));
+      line += best;
+    }
+    say(line);
+    return o.early_stop > 0 && evals_since_best >= o.early_stop;
   };
 
   std::string where = s.ddp.enabled ? std::to_string(s.ddp.world) + " processes (" + group->name() +
@@ -275,6 +351,7 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
       static_cast<long long>(start), static_cast<long long>(o.steps), s.train_data.path.c_str(),
       static_cast<long long>(s.train_data.token_count()), o.out.c_str());
   say(header);
+  if (s.tokenizer->describe() != "byte") say("tokenizer: " + s.tokenizer->describe());
   if (o.resume == "auto") {  // Note [Resume auto] in train_setup.cpp
     say(s.resume ? "resuming from " + s.resume_dir + " (step " +
                        std::to_string(s.resume->state.step) + ")"
@@ -283,15 +360,16 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
     say("resumed from " + s.resume_dir);
   }
   for (const std::string& note : s.notes) say(note);
+  if (!history_note.empty()) say(history_note);
   for (const std::string& name : cleaned)
     say("removed " + name + " (left by an interrupted write)");
   if (s.has_val) {
     const int64_t batches = data::DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on",
                                              false, 0, models::kIgnoreIndex)
                                 .batches_per_epoch();
-    if (o.eval_batches > 0 && o.eval_batches < batches) {
-      say("held-out loss over the first " + std::to_string(o.eval_batches) + " of " +
-          std::to_string(batches) + " batches (--eval-batches)");
+    if (o.val_batches > 0 && o.val_batches < batches) {
+      say("held-out loss over the first " + std::to_string(o.val_batches) + " of " +
+          std::to_string(batches) + " batches (--val-batches)");
     }
   }
   if (!o.trace.empty()) Trace::global().set_enabled(true);
@@ -300,6 +378,7 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   std::string last_checkpoint = s.resume ? s.resume_dir : "";
   double last_loss = 0;
   int exit_code = 0;
+  int64_t final_step = o.steps;  // earlier under --early-stop
   for (int64_t step = start; step <= o.steps; ++step) {
     auto t0 = Clock::now();
     double lr = schedule.at(step);
@@ -366,13 +445,14 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
                       {"tokens", tokens_seen},
                       {"peak_bytes", memory_json(dp)}});
     progress.step({step, loss, lr, norm, step_tokens / secs, memory_str(dp)});
+    bool stop_early = false;
     if (s.has_val && o.eval_every > 0 && step % o.eval_every == 0 && step != o.steps) {
-      double val = evaluate(dp, s, group);
-      if (metrics) metrics->write({{"step", step}, {"val_loss", val}});
-      say("step " + std::to_string(step) + ": held-out loss " + std::to_string(val));
+      stop_early = on_eval(step);
     }
     if ((o.save_every > 0 && step % o.save_every == 0) || interrupted) {
       last_checkpoint = save(checkpoint_step_name(step), step);
+      // Only now that the new one is in place (checkpoint_rotation.h).
+      if (main_rank) checkpoint_rotate(o.out, o.keep_last);
     }
     if (interrupted) {
       say(std::string(stop_signal == SIGTERM ? "terminated (SIGTERM)" : "interrupted") +
@@ -381,11 +461,22 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
       exit_code = 128 + stop_signal;
       break;
     }
+    if (stop_early) {
+      char line[192];
+      std::snprintf(line, sizeof line,
+                    "early stop at step %lld: no better held-out loss in %lld evaluations "
+                    "(best %.4f at step %lld)",
+                    static_cast<long long>(step), static_cast<long long>(o.early_stop), best_val,
+                    static_cast<long long>(best_step));
+      say(line);
+      final_step = step;
+      break;
+    }
   }
   signals.restore();
   progress.finish();
   // The checkpoint first: nothing after the last step may lose the run.
-  std::string final_dir = exit_code == 0 ? save("final", o.steps) : "";
+  std::string final_dir = exit_code == 0 ? save("final", final_step) : "";
   if (!o.trace.empty() && main_rank) {
     Trace::global().set_enabled(false);
     Trace::global().write(o.trace);
@@ -394,11 +485,14 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
   if (exit_code != 0) return exit_code;
 
   nlohmann::json summary = {
-      {"steps", o.steps}, {"loss", last_loss}, {"out", o.out}, {"checkpoint", final_dir}};
+      {"steps", final_step}, {"loss", last_loss}, {"out", o.out}, {"checkpoint", final_dir}};
+  if (final_step < o.steps) summary["early_stop"] = true;
   if (s.has_val) {
-    double val = evaluate(dp, s, group);
-    if (metrics) metrics->write({{"step", o.steps}, {"val_loss", val}});
+    // An early stop has just evaluated these weights.
+    if (last_eval_step != final_step) on_eval(final_step);
+    const double val = last_eval.loss;
     summary["val_loss"] = val;
+    if (best_step >= 0) summary["best_val_loss"] = best_val, summary["best_step"] = best_step;
     char line[256];
     if (s.embedded) {
       std::snprintf(line, sizeof line,
@@ -423,12 +517,12 @@ int train_run(TrainOptions options, const std::set<std::string>& given) {
     try {
       std::string sample;
       if (whole.empty()) {
-        sample = sample_text(primary, o.seed, 240);
+        sample = sample_text(primary, *s.tokenizer, o.seed, 240);
       } else {
         models::LlamaModel copy(s.config, s.devices[0], "", working);
         tensor_upload(copy.compute_stream(), copy.params(), whole.data());
         copy.params_to_working(0, layout.total());
-        sample = sample_text(copy, o.seed, 240);
+        sample = sample_text(copy, *s.tokenizer, o.seed, 240);
       }
       say("sample:\n  " + sample);
     } catch (const Error& e) {

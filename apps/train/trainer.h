@@ -14,6 +14,9 @@ namespace fanout::train {
 
 // `given`: the flags named on the command line (they win over a resumed run's
 // saved settings). Returns the exit code; throws fanout::Error for bad input.
-int train_run(TrainOptions options, const std::set<std::string>& given);
+// `run_dir`, if given, is set on rank 0 to the run directory once the run owns
+// it (before the first step; it stays empty if the run stopped earlier).
+int train_run(TrainOptions options, const std::set<std::string>& given,
+              std::string* run_dir = nullptr);
 
 }  // namespace fanout::train

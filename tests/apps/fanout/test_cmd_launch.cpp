@@ -195,7 +195,7 @@ TEST_CASE("ddp ranks other than 0 write no files and print nothing") {
   CHECK_FALSE(fs::exists(out1));
   std::set<std::string> files;
   for (const auto& e : fs::directory_iterator(out0)) files.insert(e.path().filename().string());
-  CHECK(files == std::set<std::string>{"final", "metrics.jsonl"});
+  CHECK(files == std::set<std::string>{"curves.svg", "final", "metrics.jsonl"});
   CHECK(metrics_losses(out0 + "/metrics.jsonl").size() == 3);
 }
 

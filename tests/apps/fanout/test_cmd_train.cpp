@@ -122,10 +122,10 @@ TEST_CASE("train with save-every 0 writes only the final checkpoint") {
   CliResult r = train_cli(tiny_run(f, out, {"--steps", "4", "--save-every", "0"}));
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
-  CHECK(dir_list(out) == std::vector<std::string>{"final", "metrics.jsonl"});
-  CHECK(dir_list(out + "/final") == std::vector<std::string>{"config.json", "model.safetensors",
-                                                             "optimizer.safetensors",
-                                                             "trainer_state.json"});
+  CHECK(dir_list(out) == std::vector<std::string>{"curves.svg", "final", "metrics.jsonl"});
+  CHECK(dir_list(out + "/final") ==
+        std::vector<std::string>{"config.json", "model.safetensors", "optimizer.safetensors",
+                                 "tokenizer.json", "trainer_state.json"});
   train::Checkpoint c = train::checkpoint_read(out + "/final");
   CHECK(c.state.step == 4);
   CHECK(c.state.tokens_seen == 4 * 4 * 16);
@@ -138,8 +138,8 @@ TEST_CASE("train with save-every N checkpoints every N steps and at the end") {
   CliResult r = train_cli(tiny_run(f, out, {"--steps", "7", "--save-every", "3"}));
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
-  CHECK(dir_list(out) ==
-        std::vector<std::string>{"final", "metrics.jsonl", "step-000003", "step-000006"});
+  CHECK(dir_list(out) == std::vector<std::string>{"curves.svg", "final", "metrics.jsonl",
+                                                  "step-000003", "step-000006"});
   CHECK(train::checkpoint_read(out + "/step-000003").state.step == 3);
   CHECK(train::checkpoint_read(out + "/step-000006").state.step == 6);
   CHECK(train::checkpoint_read(out + "/final").state.step == 7);

@@ -167,12 +167,12 @@ TEST_CASE("train refuses to resume a damaged checkpoint and leaves the run as it
   CliResult r = train_cli(args_with(f, run, {{"--save-every", "1"}}));
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
-  REQUIRE(dir_list(run) ==
-          std::vector<std::string>{"final", "metrics.jsonl", "step-000001", "step-000002"});
+  REQUIRE(dir_list(run) == std::vector<std::string>{"curves.svg", "final", "metrics.jsonl",
+                                                    "step-000001", "step-000002"});
   std::string metrics = file_read(run + "/metrics.jsonl");
   auto check_untouched = [&] {
-    CHECK(dir_list(run) ==
-          std::vector<std::string>{"final", "metrics.jsonl", "step-000001", "step-000002"});
+    CHECK(dir_list(run) == std::vector<std::string>{"curves.svg", "final", "metrics.jsonl",
+                                                    "step-000001", "step-000002"});
     CHECK(file_read(run + "/metrics.jsonl") == metrics);
   };
 

@@ -122,7 +122,7 @@ TEST_CASE("train refuses a model flag beside --resume instead of ignoring it") {
     check_refused(train_cli({"--resume", "last", "--out", run, "--steps", "3", flag, value}),
                   "--resume continues the checkpoint's model: drop " + flag);
   }
-  CHECK(dir_list(run) == std::vector<std::string>{"final", "metrics.jsonl"});
+  CHECK(dir_list(run) == std::vector<std::string>{"curves.svg", "final", "metrics.jsonl"});
 }
 
 TEST_CASE("train under a launcher's WORLD_SIZE refuses a single-process strategy") {

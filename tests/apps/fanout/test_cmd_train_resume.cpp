@@ -113,7 +113,8 @@ TEST_CASE("train resumes from an explicit checkpoint directory into a new out di
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.rc == 0);
   // The saved flags (--steps 6, --save-every 3, the data) carry over; A is untouched.
-  CHECK(dir_list(c) == std::vector<std::string>{"final", "metrics.jsonl", "step-000006"});
+  CHECK(dir_list(c) ==
+        std::vector<std::string>{"curves.svg", "final", "metrics.jsonl", "step-000006"});
   CHECK(dir_list(run.a) == before);
   CHECK(metrics_steps(run.a + "/metrics.jsonl").size() == 6);
   std::vector<nlohmann::json> lines = metrics_steps(c + "/metrics.jsonl");

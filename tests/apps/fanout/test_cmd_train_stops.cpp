@@ -115,7 +115,7 @@ TEST_CASE("train on SIGINT finishes the step and checkpoints it and exits 130 th
   check_steps(lines, n);
   std::string ckpt = train::checkpoint_step_name(n);
   CHECK(run.out().find("interrupted at step " + std::to_string(n)) != std::string::npos);
-  CHECK(dir_list(out) == std::vector<std::string>{"metrics.jsonl", ckpt});
+  CHECK(dir_list(out) == std::vector<std::string>{"curves.svg", "metrics.jsonl", ckpt});
   train::Checkpoint c = train::checkpoint_read(out + "/" + ckpt);
   CHECK(c.state.step == n);
   CHECK(c.state.tokens_seen == n * 4 * 16);
@@ -168,5 +168,5 @@ TEST_CASE("train stops a diverging run with one line naming the step and keeps t
   CHECK(r.err_lines() == 1);
   CHECK(r.err.find("step " + std::to_string(k) + ": ") != std::string::npos);
   CHECK(r.err.find("no checkpoint was written yet") != std::string::npos);
-  CHECK(dir_list(none) == std::vector<std::string>{"metrics.jsonl"});
+  CHECK(dir_list(none) == std::vector<std::string>{"curves.svg", "metrics.jsonl"});
 }

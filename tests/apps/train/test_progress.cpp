@@ -1,10 +1,16 @@
 // metrics.jsonl: a resumed run keeps the lines up to its step; the log is only
 // ever a regular file (a FIFO is refused at once, a symlink is not followed), and
 // a write that fails (a full disk) throws naming the file instead of losing lines.
+// The terminal line fits the width it is given (progress_line_fit).
 
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -58,4 +64,53 @@ TEST_CASE("a metrics line that cannot be written throws naming the file and the 
   }
   CHECK(has(err, path));
   CHECK(has(err, std::strerror(EFBIG)));
+}
+
+// --- the terminal line ---------------------------------------------------------------
+
+TEST_CASE("the progress line fits the terminal width, dropping fields instead of wrapping") {
+  train::StepReport r{123, 2.345678, 3e-3, 0.5, 12345.0, "cpu:0 58.2 MiB cpu:1 48.0 MiB"};
+  for (int width : {40, 80, 120}) {
+    CAPTURE(width);
+    const std::string line = train::progress_line_fit(r, 300, 754.0, width);
+    CHECK(line.size() <= static_cast<size_t>(width));
+    CHECK(line.find('\n') == std::string::npos);
+    CHECK(has(line, "step 123/300"));
+    CHECK(has(line, "loss 2.3457"));
+  }
+  // 120 columns hold everything; 80 drop the memory first; 40 keep step and loss.
+  const std::string wide = train::progress_line_fit(r, 300, 754.0, 120);
+  CHECK(has(wide, "cpu:1 48.0 MiB"));
+  CHECK(has(wide, "ETA 12:34"));
+  CHECK(has(wide, "["));
+  const std::string normal = train::progress_line_fit(r, 300, 754.0, 80);
+  CHECK(!has(normal, "cpu:0"));
+  CHECK(has(normal, "ETA 12:34"));
+  const std::string narrow = train::progress_line_fit(r, 300, 754.0, 40);
+  CHECK(!has(narrow, "lr "));
+  // Below "step N/M | loss L" the line is cut, never longer than the width.
+  CHECK(train::progress_line_fit(r, 300, 754.0, 10).size() == 10);
+  CHECK(train::progress_line_fit(r, 300, 754.0, 0).empty());
+}
+
+TEST_CASE("the progress bar fills in proportion to the step") {
+  train::StepReport r{150, 1.0, 1e-3, 0.1, 100.0, ""};
+  const std::string line = train::progress_line_fit(r, 300, 1.0, 200);
+  REQUIRE(line.rfind("[", 0) == 0);
+  const std::string bar = line.substr(1, line.find(']') - 1);
+  CHECK(bar.size() == 24);
+  CHECK(std::count(bar.begin(), bar.end(), '#') == 12);
+}
+
+TEST_CASE("the terminal width comes from $COLUMNS when the output is not a terminal") {
+  const int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  const char* before = std::getenv("COLUMNS");
+  const std::string saved = before ? before : "";
+  ::setenv("COLUMNS", "57", 1);
+  CHECK(train::terminal_columns(fd) == 57);
+  ::unsetenv("COLUMNS");
+  CHECK(train::terminal_columns(fd) == 80);
+  if (before) ::setenv("COLUMNS", saved.c_str(), 1);
+  ::close(fd);
 }

@@ -1,0 +1,20 @@
+#pragma once
+// Generated text made safe to print. A model samples any token, so its text can
+// hold terminal control sequences (ESC [ ... moves the cursor, clears the screen,
+// retitles the window) or bytes that are not UTF-8. Whatever the output is (a
+// terminal, a pipe, a file), generated text goes out through terminal_text_escape.
+
+#include <string>
+#include <string_view>
+
+namespace fanout::data {
+
+// `text` with every control character except '\n' and '\t' made visible:
+//   C0 controls (0x00-0x1f) and DEL (0x7f)  -> "\x1b" (backslash, x, two hex digits)
+//   C1 controls (U+0080-U+009F)             -> "\u009b"
+//   a byte that does not start or continue a valid UTF-8 sequence (overlong forms,
+//   surrogates and code points past U+10FFFF included) -> U+FFFD, one per byte
+// Valid UTF-8 otherwise passes unchanged (a backslash too).
+std::string terminal_text_escape(std::string_view text);
+
+}  // namespace fanout::data

@@ -1,0 +1,53 @@
+// terminal_text_escape: control characters and invalid UTF-8 never reach the output
+// raw; '\n', '\t' and valid UTF-8 (C1 controls aside) pass unchanged.
+
+#include "apps/data/terminal_text.h"
+
+#include <string>
+
+#include <doctest/doctest.h>
+
+using fanout::data::terminal_text_escape;
+
+TEST_CASE("C0 controls and DEL are escaped as \\xHH, newline and tab kept") {
+  CHECK(terminal_text_escape("plain text") == "plain text");
+  CHECK(terminal_text_escape("a\nb\tc") == "a\nb\tc");
+  CHECK(terminal_text_escape("\x1b[2J\x1b]0;title\x07") == "\\x1b[2J\\x1b]0;title\\x07");
+  CHECK(terminal_text_escape(std::string("a\0b", 3)) == "a\\x00b");
+  CHECK(terminal_text_escape("\r\b\x7f") == "\\x0d\\x08\\x7f");
+  CHECK(terminal_text_escape("back\\slash") == "back\\slash");
+  // Every C0 byte but \n and \t, one by one.
+  for (int c = 0; c < 0x20; ++c) {
+    const std::string out = terminal_text_escape(std::string(1, static_cast<char>(c)));
+    if (c == '\n' || c == '\t') {
+      CHECK(out.size() == 1);
+    } else {
+      CHECK(out.size() == 4);
+      CHECK(out[0] == '\\');
+    }
+  }
+}
+
+TEST_CASE("C1 controls are escaped as \\u00HH, other UTF-8 passes") {
+  CHECK(terminal_text_escape("\xc2\x9b"
+                             "31m") == "\\u009b31m");  // CSI
+  CHECK(terminal_text_escape("\xc2\x85") == "\\u0085");
+  CHECK(terminal_text_escape("caf\xc3\xa9 \xc2\xa0 \xe2\x82\xac \xf0\x9f\x98\x80") ==
+        "caf\xc3\xa9 \xc2\xa0 \xe2\x82\xac \xf0\x9f\x98\x80");
+}
+
+TEST_CASE("bytes that are not UTF-8 become U+FFFD, one per byte") {
+  const std::string r = "\xef\xbf\xbd";
+  CHECK(terminal_text_escape("\xff") == r);
+  CHECK(terminal_text_escape("a\x80z") == "a" + r + "z");
+  CHECK(terminal_text_escape("\xc3") == r);  // cut short at the end
+  CHECK(terminal_text_escape("\xc3"
+                             "a") == r + "a");                            // cut short by ASCII
+  CHECK(terminal_text_escape("\xc0\xaf") == r + r);                       // overlong '/'
+  CHECK(terminal_text_escape("\xe0\x80\xaf") == r + r + r);               // overlong
+  CHECK(terminal_text_escape("\xed\xa0\x80") == r + r + r);               // a surrogate
+  CHECK(terminal_text_escape("\xf4\x90\x80\x80") == r + r + r + r);       // past U+10FFFF
+  CHECK(terminal_text_escape("\xf4\x8f\xbf\xbf") == "\xf4\x8f\xbf\xbf");  // U+10FFFF itself
+  // A control byte hidden after a broken sequence is still escaped.
+  CHECK(terminal_text_escape("\xe2\x1b") == r + "\\x1b");
+}

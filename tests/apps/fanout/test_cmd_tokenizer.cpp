@@ -1,0 +1,149 @@
+// `fanout tokenizer train` through the real binary: the tokenizer.json it writes
+// loads back with the asked vocabulary and the reported special ids, the same
+// input gives the same bytes, a terminal gets a bar and a pipe plain lines, and
+// every bad input is one line and a non-zero exit.
+
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "apps/data/corpus.h"
+#include "apps/data/text_tokenizer.h"
+#include "apps/data/token_file.h"
+#include "engine/core/file_io.h"
+#include "tests/apps/fanout/cli_runner.h"
+#include "tests/apps/fanout/command_util.h"
+
+using fanout::test::has;
+using fanout::test::run_fanout;
+using fanout::test::TempDir;
+
+namespace {
+
+// About `bytes` of the embedded corpus as a text file (documents between blank lines).
+void write_corpus(const std::string& path, size_t bytes) {
+  std::string text;
+  for (uint64_t seed = fanout::data::kDefaultCorpusSeed; text.size() < bytes; ++seed) {
+    for (const std::string& doc : fanout::data::default_corpus(seed).train_documents) {
+      if (!text.empty()) text += "\n\n";
+      text += doc;
+    }
+  }
+  fanout::file_write_atomic(path, text, "test");
+}
+
+std::vector<std::string> train_args(const std::string& data, const std::string& out,
+                                    const std::string& vocab = "600") {
+  return {"tokenizer", "train", "--data", data, "--vocab-size", vocab, "--out", out};
+}
+
+}  // namespace
+
+TEST_CASE("tokenizer train writes a tokenizer.json that loads with the reported ids") {
+  TempDir dir("fanout-tok");
+  write_corpus(dir / "a.txt", 300000);
+  write_corpus(dir / "b.txt", 100000);
+  auto r = run_fanout({"tokenizer", "train", "--data", dir / "a.txt", dir / "b.txt", "--vocab-size",
+                       "700", "--out", dir / "tokenizer.json"});
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.err.empty());
+  CHECK(has(r.out, "trained 700 tokens (441 merges) on 1.0 MB in "));
+  CHECK(has(r.out, "MB/s"));
+  CHECK(has(r.out, "[BOT]=0 [EOT]=1 [PAD]=2"));
+  CHECK(has(r.out, "counting"));  // plain progress lines: stdout is not a terminal
+  auto tokenizer = fanout::data::tokenizer_load(dir / "tokenizer.json");
+  CHECK(tokenizer->vocab_size() == 700);
+  CHECK(tokenizer->bot() == 0);
+  CHECK(tokenizer->eot() == 1);
+  CHECK(tokenizer->pad() == 2);
+  const std::string text = "One day, Emma went to the hill with Tom.";
+  const std::vector<int32_t> ids = tokenizer->encode(text);
+  CHECK(ids.size() < 15);
+  CHECK(tokenizer->decode(ids) == text);
+}
+
+TEST_CASE("tokenizer train gives byte-identical files for the same input and overwrites") {
+  TempDir dir("fanout-tok");
+  write_corpus(dir / "a.txt", 200000);
+  auto r1 = run_fanout(train_args(dir / "a.txt", dir / "one.json"));
+  REQUIRE(r1.rc == 0);
+  fanout::file_write_atomic(dir / "two.json", "old contents", "test");
+  auto r2 = run_fanout(train_args(dir / "a.txt", dir / "two.json"));
+  REQUIRE(r2.rc == 0);
+  const std::string one = fanout::file_read_regular(dir / "one.json");
+  CHECK(one.size() > 1000);
+  CHECK(one == fanout::file_read_regular(dir / "two.json"));
+}
+
+TEST_CASE("tokenizer train with too little text says the vocabulary is smaller") {
+  TempDir dir("fanout-tok");
+  fanout::file_write_atomic(dir / "a.txt", "the cat and the hat", "test");
+  auto r = run_fanout(train_args(dir / "a.txt", dir / "t.json", "8192"));
+  CAPTURE(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "note: the text allows only"));
+  CHECK(fanout::data::tokenizer_load(dir / "t.json")->vocab_size() < 8192);
+}
+
+TEST_CASE("tokenizer train draws a bar on a terminal") {
+  if (fanout::test::shell("command -v script") != 0) return;  // util-linux's pty runner
+  TempDir dir("fanout-tok");
+  write_corpus(dir / "a.txt", 100000);
+  const std::string log = dir / "pty.log";
+  // In a subshell: shell() sends the command's own output to /dev/null.
+  std::string cmd = std::string("(timeout 60 script -qec \"") + FANOUT_BINARY +
+                    " tokenizer train --data " + (dir / "a.txt") + " --vocab-size 400 --out " +
+                    (dir / "t.json") + "\" /dev/null </dev/null > " + log + " 2>&1)";
+  REQUIRE(fanout::test::shell(cmd) == 0);
+  const std::string out = fanout::file_read_regular(log);
+  CAPTURE(out);
+  CHECK(has(out, "\r\033[K"));  // redrawn in place
+  CHECK(has(out, "] merging"));
+  CHECK(has(out, "trained 400 tokens"));
+}
+
+TEST_CASE("tokenizer train refuses bad inputs with one line") {
+  TempDir dir("fanout-tok");
+  write_corpus(dir / "ok.txt", 20000);
+  fanout::file_write_atomic(dir / "empty.txt", "", "test");
+  fanout::data::token_file_write_bin(dir / "tokens.bin", {1, 2, 3});
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+    int rc;
+  };
+  const std::string ok = dir / "ok.txt", out = dir / "t.json";
+  const std::vector<Case> cases = {
+      {train_args(dir / "missing.txt", out), "missing.txt: no such file", 1},
+      {train_args(dir.path, out), "is a directory", 1},
+      {train_args(dir / "empty.txt", out), "empty.txt: is empty", 1},
+      {train_args(dir / "tokens.bin", out), "tokens.bin: is a token file, not text", 1},
+      {train_args(ok, out, "258"), "--vocab-size 258: must be at least 260", 1},
+      {train_args(ok, out, "-5"), "--vocab-size -5: must be at least 260", 1},
+      {train_args(ok, out, "99999999999"), "--vocab-size 99999999999: must be at most", 1},
+      {train_args(ok, out, "lots"), "--vocab-size", 2},
+      {train_args(ok, dir / "no-such-folder/t.json"), "does not exist", 1},
+      {train_args(ok, dir.path), "--out", 1},
+      {{"tokenizer", "train", "--vocab-size", "300", "--out", out}, "--data", 2},
+      {{"tokenizer", "train", "--data", ok}, "--out", 2},
+      {{"tokenizer"}, "fanout tokenizer needs a command: train", 2},
+      {{"tokenizer", "trian"}, "unknown command or flag 'trian'", 2},
+  };
+  for (const Case& c : cases) {
+    auto r = run_fanout(c.args);
+    std::string args;
+    for (const std::string& a : c.args) args += a + " ";
+    CAPTURE(args);
+    CAPTURE(r.err);
+    CHECK(r.rc == c.rc);
+    CHECK(r.err_lines() == 1);
+    CHECK(has(r.err, c.message));
+  }
+  CHECK(!fanout::test::has(fanout::file_read_regular(ok), "{"));  // inputs untouched
+  CHECK(::access(out.c_str(), F_OK) != 0);                        // nothing half-written
+}
