@@ -12,6 +12,7 @@
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/file_io.h"
+#include "engine/core/json_parse.h"
 #include "models/rope_scaling.h"
 
 namespace fanout::models {
@@ -271,15 +272,7 @@ json llama_config_to_json(const LlamaConfig& c) {
 LlamaConfig llama_config_load(const std::string& path) {
   // Only a regular file is read (a FIFO would block), and only up to a size no config needs.
   const std::string text = file_read_regular(path, kMaxConfigBytes);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    std::string why = e.what();
-    if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
-    detail::throw_error(detail::str_cat(path, ": not valid JSON: ", why));
-  }
-  return llama_config_from_json(j, path);
+  return llama_config_from_json(json_parse(text, path + ": not valid JSON"), path);
 }
 
 void llama_config_save(const LlamaConfig& config, const std::string& path) {

@@ -17,6 +17,7 @@
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/file_io.h"
+#include "engine/core/json_parse.h"
 
 namespace fanout::models {
 
@@ -228,9 +229,7 @@ class HeaderSax {
 
   template <typename Exception>
   bool parse_error(size_t, const std::string&, const Exception& e) {
-    std::string why = e.what();
-    if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
-    detail::throw_error(detail::str_cat(path_, ": header is not valid JSON: ", why));
+    detail::throw_error(detail::str_cat(path_, ": header is not valid JSON: ", json_error_text(e)));
   }
 
  private:

@@ -9,6 +9,7 @@
 
 #include "engine/core/check.h"
 #include "engine/core/file_io.h"
+#include "engine/core/json_parse.h"
 
 namespace fanout::models {
 
@@ -32,14 +33,7 @@ bool plain_file_name(const std::string& name) {
 // The index's weight_map as tensor name -> shard file name, checked for shape.
 std::map<std::string, std::string> read_weight_map(const std::string& path) {
   const std::string text = file_read_regular(path, kMaxIndexBytes);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    std::string why = e.what();
-    if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
-    detail::throw_error(detail::str_cat(path, ": not valid JSON: ", why));
-  }
+  const json j = json_parse(text, path + ": not valid JSON");
   FANOUT_CHECK(j.is_object(), path, ": expected a JSON object with a \"weight_map\", got a JSON ",
                j.type_name());
   auto wm = j.find("weight_map");

@@ -16,6 +16,7 @@
 
 #include "engine/core/check.h"
 #include "engine/core/file_io.h"
+#include "engine/core/json_parse.h"
 #include "models/llama_checkpoint.h"
 #include "models/llama_layout.h"
 #include "models/safetensors.h"
@@ -276,14 +277,7 @@ int64_t state_count(const json& j, const char* key, const std::string& name) {
 }
 
 TrainerState state_from_text(const std::string& text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    std::string why = e.what();
-    if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
-    detail::throw_error(detail::str_cat(kStateFile, " is not valid JSON: ", why));
-  }
+  const json j = json_parse(text, std::string(kStateFile) + " is not valid JSON");
   FANOUT_CHECK(j.is_object(), kStateFile, ": expected a JSON object, got ", j.type_name());
   const json& version = state_key(j, "version", "version");
   FANOUT_CHECK(version.is_number_integer() && version.get<int64_t>() == kStateVersion, kStateFile,
