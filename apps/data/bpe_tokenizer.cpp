@@ -93,6 +93,7 @@ class BpeTokenizer final : public TextTokenizer {
   std::string describe() const override {
     return is_byte_ ? "byte" : "bpe (" + std::to_string(vocab_size_) + " tokens)";
   }
+  bool is_byte() const override { return is_byte_; }
 
  private:
   struct Added {

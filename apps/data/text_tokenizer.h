@@ -30,6 +30,9 @@ class TextTokenizer {
   virtual std::string to_json() const = 0;
   // "byte" or "bpe (8192 tokens)": for the run's first line.
   virtual std::string describe() const = 0;
+  // The byte tokenizer (ids 0-255 are bytes, [BOT] [EOT] [PAD] 256-258), however
+  // it was made: byte_tokenizer() or its tokenizer.json read back.
+  virtual bool is_byte() const = 0;
 };
 
 // The byte tokenizer as a TextTokenizer (encode = byte_encode, decode = byte_decode).

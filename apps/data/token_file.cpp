@@ -264,7 +264,7 @@ TokenData token_file_load(const std::string& path, std::string_view flag,
   data.bot = tokenizer.bot(), data.eot = tokenizer.eot(), data.pad = tokenizer.pad();
   if ((has_head && is_token_magic(head[0])) || name_ends_with_bin(path)) {
     load_bin(data, file);
-  } else if (tokenizer.describe() == "byte") {
+  } else if (tokenizer.is_byte()) {
     load_text(data, file);  // streamed (Note [Streaming text])
   } else {
     const uint64_t limit = token_file_text_limit();

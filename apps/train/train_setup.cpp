@@ -380,11 +380,11 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   s.tokenizer = run_tokenizer(o, s);
   // The byte tokenizer keeps today's rule (ids are checked as the data loads); any
   // other must fit the model whole.
-  if (s.tokenizer->describe() != "byte" || !o.tokenizer.empty()) check_tokenizer_fits(o, s);
+  if (!s.tokenizer->is_byte() || !o.tokenizer.empty()) check_tokenizer_fits(o, s);
   const data::TextTokenizer& tok = *s.tokenizer;
   if (o.data.empty()) {
     data::Corpus corpus = data::default_corpus();
-    const bool bytes = tok.describe() == "byte";
+    const bool bytes = tok.is_byte();
     const char* train_name = "<embedded default corpus: train>";
     const char* val_name = "<embedded default corpus: held out>";
     s.train_data = bytes ? data::corpus_token_data(corpus.train_documents, train_name)

@@ -351,7 +351,7 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
       static_cast<long long>(start), static_cast<long long>(o.steps), s.train_data.path.c_str(),
       static_cast<long long>(s.train_data.token_count()), o.out.c_str());
   say(header);
-  if (s.tokenizer->describe() != "byte") say("tokenizer: " + s.tokenizer->describe());
+  if (!s.tokenizer->is_byte()) say("tokenizer: " + s.tokenizer->describe());
   if (o.resume == "auto") {  // Note [Resume auto] in train_setup.cpp
     say(s.resume ? "resuming from " + s.resume_dir + " (step " +
                        std::to_string(s.resume->state.step) + ")"

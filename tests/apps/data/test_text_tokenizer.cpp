@@ -53,6 +53,7 @@ TEST_CASE("byte_tokenizer is byte_encode and byte_decode") {
   CHECK(t->eot() == kEot);
   CHECK(t->pad() == kPad);
   CHECK(t->describe() == "byte");
+  CHECK(t->is_byte());
   // Special tokens' text encodes to their ids, as the tokenizer.json makes HF do.
   CHECK(t->encode("a[EOT]b[BOT]") == Ids{'a', kEot, 'b', kBot});
   CHECK(t->encode("").empty());
@@ -80,6 +81,7 @@ TEST_CASE("byte_tokenizer's tokenizer.json maps byte b to id b and loads back th
   const std::string text = every_byte_text() + "[PAD][EOT]";
   CHECK(back->encode(text) == t->encode(text));
   CHECK(back->describe() == "byte");
+  CHECK(back->is_byte());
   CHECK(back->to_json() == json);
   CHECK(back->eot() == kEot);
 }
