@@ -16,24 +16,13 @@
 #include "models/safetensors.h"
 #include "ops/rope.h"
 #include "tests/apps/fanout/cli_runner.h"
+#include "tests/models/llama_test_util.h"
 
 using namespace fanout;
 using namespace fanout::models;
 
 namespace {
 namespace fs = std::filesystem;
-
-std::string reference(const std::string& args, const std::string& dir) {
-  std::string log = dir + "/ref.log";
-  std::string cmd = "/usr/bin/python3 " + std::string(FANOUT_SOURCE_DIR) +
-                    "/tests/reference/llama3_rope_ref.py " + args + " >" + log + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  INFO("reference: " << args << "\n" << out);
-  REQUIRE(rc == 0);
-  return out;
-}
 
 // The tiny preset, 2 layers, with Llama 3.1's rope_scaling but an original context
 // of 64, so that its 16 frequency pairs fall in all three bands (2 kept, 3 blended,
@@ -75,18 +64,6 @@ std::vector<float> random_floats(size_t n, uint64_t seed) {
   return v;
 }
 
-// init_random with every matrix scaled 5x: attention then depends strongly on the
-// angles, so scaled and plain RoPE give visibly different logits.
-void init_strong(LlamaModel& m, uint64_t seed) {
-  m.init_random(seed);
-  std::vector<float> host = tensor_to_vector<float>(m.compute_stream(), m.params());
-  for (const ParamInfo& p : m.layout().params()) {
-    if (p.shape.size() < 2) continue;
-    for (int64_t i = 0; i < p.numel; ++i) host[p.offset + i] *= 5.0f;
-  }
-  tensor_upload(m.compute_stream(), m.params(), host.data());
-  m.params_to_working(0, m.params().numel());
-}
 }  // namespace
 
 TEST_CASE("llama3 parity: inv_freq equals HF's _compute_llama3_parameters (and linear's)") {
@@ -107,7 +84,9 @@ TEST_CASE("llama3 parity: inv_freq equals HF's _compute_llama3_parameters (and l
     CAPTURE(c.head_dim);
     CAPTURE(rope_scaling_name(c.rope_scaling.type));
     llama_config_save(c, dir + "/config.json");
-    reference("inv-freq --config " + dir + "/config.json --out " + dir + "/f.json", dir);
+    test::run_reference_script("llama3_rope_ref.py",
+                               "inv-freq --config " + dir + "/config.json --out " + dir + "/f.json",
+                               dir);
     std::ifstream in(dir + "/f.json");
     nlohmann::json ref = nlohmann::json::parse(in);
     REQUIRE(ref["rope_type"] == rope_scaling_name(c.rope_scaling.type));
@@ -144,10 +123,11 @@ TEST_CASE("llama3 parity: the RoPE op's forward and backward equal torch autogra
   Stream s(cpu_device(0), "cpu:0 compute");
   for (int64_t pos : {0, 100}) {
     CAPTURE(pos);
-    reference("rope --config " + dir + "/config.json --input " + dir +
-                  "/in.safetensors --pos-offset " + std::to_string(pos) + " --out " + dir +
-                  "/out.safetensors",
-              dir);
+    test::run_reference_script("llama3_rope_ref.py",
+                               "rope --config " + dir + "/config.json --input " + dir +
+                                   "/in.safetensors --pos-offset " + std::to_string(pos) +
+                                   " --out " + dir + "/out.safetensors",
+                               dir);
     SafetensorsFile ref = SafetensorsFile::open(dir + "/out.safetensors");
     Tensor tx = tensor_from_vector(s, x, {B, T, H, D}, DType::f32, cpu_device(0));
     Tensor tdy = tensor_from_vector(s, dy, {B, T, H, D}, DType::f32, cpu_device(0));
@@ -173,7 +153,7 @@ TEST_CASE("llama3 parity: logits, loss and every gradient match PyTorch on a tin
   std::string dir = test::make_temp_dir("fanout-llama3");
   LlamaConfig c = scaled_config();
   LlamaModel model(c, cpu_device(0));
-  init_strong(model, 7);
+  test::init_scaled(model, 7, 5.0f);
   fs::create_directories(dir + "/ckpt");
   llama_save(model, dir + "/ckpt");  // config.json carries rope_scaling to the reference
   const int64_t B = 2, T = 40;       // positions past the original context of 64 / 4
@@ -184,9 +164,10 @@ TEST_CASE("llama3 parity: logits, loss and every gradient match PyTorch on a tin
   for (auto& t : targets) t = tok(rng);
   safetensors_write(dir + "/batch.safetensors", {{"input_ids", DType::i32, {B, T}, inputs.data()},
                                                  {"targets", DType::i32, {B, T}, targets.data()}});
-  reference("forward --checkpoint " + dir + "/ckpt --batch " + dir + "/batch.safetensors --out " +
-                dir + "/out.safetensors",
-            dir);
+  test::run_reference_script("llama3_rope_ref.py",
+                             "forward --checkpoint " + dir + "/ckpt --batch " + dir +
+                                 "/batch.safetensors --out " + dir + "/out.safetensors",
+                             dir);
   SafetensorsFile ref = SafetensorsFile::open(dir + "/out.safetensors");
 
   auto loaded = llama_load(dir + "/ckpt", cpu_device(0));
@@ -223,7 +204,7 @@ TEST_CASE("llama3 parity: logits, loss and every gradient match PyTorch on a tin
   LlamaConfig plain = c;
   plain.rope_scaling = {};
   LlamaModel unscaled(plain, cpu_device(0));
-  init_strong(unscaled, 7);
+  test::init_scaled(unscaled, 7, 5.0f);
   Tensor in2 =
       tensor_from_vector(unscaled.compute_stream(), inputs, {B, T}, DType::i32, unscaled.device());
   const Diff off =

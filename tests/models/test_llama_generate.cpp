@@ -10,6 +10,7 @@
 
 #include "engine/core/check.h"
 #include "models/llama_generate.h"
+#include "tests/models/llama_test_util.h"
 
 using namespace fanout;
 using namespace fanout::models;
@@ -22,18 +23,6 @@ LlamaConfig test_config() {
   c.num_hidden_layers = 2;
   c.max_position_embeddings = 32;
   return c;
-}
-
-// init_random with matrices scaled 10x (std 0.2): attention then moves the logits
-// far more than the tolerance, so a wrong cache or position would show.
-void init_strong(LlamaModel& m, uint64_t seed) {
-  m.init_random(seed);
-  std::vector<float> host = tensor_to_vector<float>(m.compute_stream(), m.params());
-  for (const ParamInfo& p : m.layout().params()) {
-    if (p.shape.size() < 2) continue;
-    for (int64_t i = 0; i < p.numel; ++i) host[p.offset + i] *= 10.0f;
-  }
-  tensor_upload(m.compute_stream(), m.params(), host.data());
 }
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
@@ -69,7 +58,7 @@ double rel_max(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_CASE("KV-cache logits for a prompt and then one token at a time equal a full forward") {
   LlamaModel m(test_config(), cpu_device(0));
-  init_strong(m, 21);
+  test::init_scaled(m, 21, 10.0f);
   std::vector<int32_t> ids = random_tokens(kLen, m.config().vocab_size, 4);
   std::vector<std::vector<float>> ref = full_logits(m, ids);
 
@@ -92,7 +81,7 @@ TEST_CASE("KV-cache logits for a prompt and then one token at a time equal a ful
 
 TEST_CASE("feeding the prompt in one call or token by token gives the same logits") {
   LlamaModel m(test_config(), cpu_device(0));
-  init_strong(m, 22);
+  test::init_scaled(m, 22, 10.0f);
   std::vector<int32_t> ids = random_tokens(kLen, m.config().vocab_size, 5);
   std::vector<std::vector<float>> ref = full_logits(m, ids);
 
@@ -143,7 +132,7 @@ TEST_CASE("KV-cache logits equal a full forward under llama3 rope scaling") {
   LlamaConfig c = test_config();
   c.rope_scaling = {ops::RopeScalingType::llama3, 8.0, 1.0, 4.0, 8};  // all three bands at D 32
   LlamaModel m(c, cpu_device(0));
-  init_strong(m, 22);
+  test::init_scaled(m, 22, 10.0f);
   std::vector<int32_t> ids = random_tokens(kLen, c.vocab_size, 5);
   std::vector<std::vector<float>> ref = full_logits(m, ids);
   LlamaGenerator gen(m, kLen);
@@ -154,6 +143,6 @@ TEST_CASE("KV-cache logits equal a full forward under llama3 rope scaling") {
     CHECK(rel_max(gen.feed({ids[t]}), ref[t]) < 1e-4);
   }
   LlamaModel plain(test_config(), cpu_device(0));
-  init_strong(plain, 22);
+  test::init_scaled(plain, 22, 10.0f);
   CHECK(rel_max(full_logits(plain, ids)[kLen - 1], ref[kLen - 1]) > 1e-3);
 }

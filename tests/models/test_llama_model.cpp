@@ -9,6 +9,7 @@
 #include <random>
 
 #include "models/llama_model.h"
+#include "tests/models/llama_test_util.h"
 
 using namespace fanout;
 using namespace fanout::models;
@@ -20,17 +21,6 @@ LlamaConfig test_config(bool tied = false) {
   c.max_position_embeddings = 32;
   c.tie_word_embeddings = tied;
   return c;
-}
-
-// init_random with matrices scaled 5x, so the loss is far from uniform.
-void init_strong(LlamaModel& m, uint64_t seed) {
-  m.init_random(seed);
-  std::vector<float> host = tensor_to_vector<float>(m.compute_stream(), m.params());
-  for (const ParamInfo& p : m.layout().params()) {
-    if (p.shape.size() < 2) continue;
-    for (int64_t i = 0; i < p.numel; ++i) host[p.offset + i] *= 5.0f;
-  }
-  tensor_upload(m.compute_stream(), m.params(), host.data());
 }
 
 // B = 2 rows of T = 9; row 1's last 3 targets are ignored.
@@ -80,7 +70,7 @@ double rel_l2(const float* a, const float* b, int64_t n) {
 
 TEST_CASE("forward_loss equals the host cross-entropy of forward_logits") {
   LlamaModel m(test_config(), cpu_device(0));
-  init_strong(m, 3);
+  test::init_scaled(m, 3, 5.0f);
   TestBatch b(m.config().vocab_size);
   int64_t V = m.config().vocab_size;
   std::vector<float> logits = host_logits(m, b);
@@ -105,7 +95,7 @@ TEST_CASE("backward_from_loss equals backward_from_logits with host dlogits") {
   for (bool tied : {false, true}) {
     CAPTURE(tied);
     LlamaModel m(test_config(tied), cpu_device(0));
-    init_strong(m, 4);
+    test::init_scaled(m, 4, 5.0f);
     TestBatch b(m.config().vocab_size);
     int64_t V = m.config().vocab_size, N = b.B * b.T;
 
@@ -145,7 +135,7 @@ TEST_CASE("grad-ready ranges arrive in decreasing order and tile the gradients o
   for (bool tied : {false, true}) {
     CAPTURE(tied);
     LlamaModel m(test_config(tied), cpu_device(0));
-    init_strong(m, 5);
+    test::init_scaled(m, 5, 5.0f);
     TestBatch b(m.config().vocab_size);
     std::vector<std::pair<int64_t, int64_t>> ranges;
     m.set_grad_ready_callback([&](int64_t begin, int64_t end) { ranges.emplace_back(begin, end); });
@@ -182,7 +172,7 @@ TEST_CASE("grad-ready ranges arrive in decreasing order and tile the gradients o
 
 TEST_CASE("gradients accumulate across two backward passes without zero_grads") {
   LlamaModel m(test_config(), cpu_device(0));
-  init_strong(m, 6);
+  test::init_scaled(m, 6, 5.0f);
   TestBatch b(m.config().vocab_size);
   std::vector<float> stats = loss_stats(m, b);
   m.backward_from_loss(stats[1]);

@@ -13,25 +13,13 @@
 #include "models/llama_checkpoint.h"
 #include "models/safetensors.h"
 #include "tests/apps/fanout/cli_runner.h"
+#include "tests/models/llama_test_util.h"
 
 using namespace fanout;
 using namespace fanout::models;
 
 namespace {
 namespace fs = std::filesystem;
-
-// Runs llama_ref.py; REQUIREs success and returns its stdout.
-std::string reference(const std::string& args, const std::string& dir) {
-  std::string log = dir + "/ref.log";
-  std::string cmd = "/usr/bin/python3 " + std::string(FANOUT_SOURCE_DIR) +
-                    "/tests/reference/llama_ref.py " + args + " >" + log + " 2>&1";
-  int rc = std::system(cmd.c_str());
-  std::ifstream in(log);
-  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  INFO("reference: " << args << "\n" << out);
-  REQUIRE(rc == 0);
-  return out;
-}
 
 LlamaConfig tiny(bool tied) {
   LlamaConfig c = llama_preset("tiny");
@@ -114,12 +102,15 @@ TEST_CASE("parity: logits and loss and every gradient match PyTorch on a random 
     std::string dir = test::make_temp_dir("fanout-parity");
     LlamaConfig c = tiny(tied);
     llama_config_save(c, dir + "/config.json");
-    reference("init --config " + dir + "/config.json --seed 3 --out " + dir + "/ckpt", dir);
+    test::run_reference_script(
+        "llama_ref.py", "init --config " + dir + "/config.json --seed 3 --out " + dir + "/ckpt",
+        dir);
     Batch b = make_batch(c.vocab_size);
     write_batch(b, dir + "/batch.safetensors");
-    reference("forward --checkpoint " + dir + "/ckpt --batch " + dir + "/batch.safetensors --out " +
-                  dir + "/out.safetensors",
-              dir);
+    test::run_reference_script("llama_ref.py",
+                               "forward --checkpoint " + dir + "/ckpt --batch " + dir +
+                                   "/batch.safetensors --out " + dir + "/out.safetensors",
+                               dir);
     SafetensorsFile ref = SafetensorsFile::open(dir + "/out.safetensors");
     auto model = llama_load(dir + "/ckpt", cpu_device(0));
     Ours ours = run_fanout(*model, b);
@@ -143,9 +134,10 @@ TEST_CASE("parity: a checkpoint fanout writes gives PyTorch the same loss") {
   llama_save(model, dir + "/ckpt");
   Batch b = make_batch(c.vocab_size);
   write_batch(b, dir + "/batch.safetensors");
-  reference("forward --checkpoint " + dir + "/ckpt --batch " + dir + "/batch.safetensors --out " +
-                dir + "/out.safetensors",
-            dir);
+  test::run_reference_script("llama_ref.py",
+                             "forward --checkpoint " + dir + "/ckpt --batch " + dir +
+                                 "/batch.safetensors --out " + dir + "/out.safetensors",
+                             dir);
   Ours ours = run_fanout(model, b);
   double ref_loss = read_all(SafetensorsFile::open(dir + "/out.safetensors"), "loss")[0];
   CHECK(std::abs(ours.loss - ref_loss) <= 1e-4 * ref_loss);
@@ -159,16 +151,18 @@ TEST_CASE(
     std::string dir = test::make_temp_dir("fanout-parity");
     LlamaConfig c = tiny(tied);
     llama_config_save(c, dir + "/config.json");
-    reference("init --config " + dir + "/config.json --seed 4 --dtype bf16 --out " + dir + "/ckpt",
-              dir);
+    test::run_reference_script(
+        "llama_ref.py",
+        "init --config " + dir + "/config.json --seed 4 --dtype bf16 --out " + dir + "/ckpt", dir);
     SafetensorsFile written = SafetensorsFile::open(dir + "/ckpt/model.safetensors");
     CHECK(written.find("model.embed_tokens.weight")->dtype == "BF16");
     CHECK((written.find("lm_head.weight") == nullptr) == tied);
     Batch b = make_batch(c.vocab_size);
     write_batch(b, dir + "/batch.safetensors");
-    reference("forward --checkpoint " + dir + "/ckpt --batch " + dir + "/batch.safetensors --out " +
-                  dir + "/out.safetensors",
-              dir);
+    test::run_reference_script("llama_ref.py",
+                               "forward --checkpoint " + dir + "/ckpt --batch " + dir +
+                                   "/batch.safetensors --out " + dir + "/out.safetensors",
+                               dir);
     auto model = llama_load(dir + "/ckpt", cpu_device(0));
     CHECK(model->config().tie_word_embeddings == tied);
     Ours ours = run_fanout(*model, b);
@@ -180,7 +174,7 @@ TEST_CASE(
 
 TEST_CASE("parity: the seed preset's parameter count matches PyTorch's") {
   std::string dir = test::make_temp_dir("fanout-parity");
-  std::string out = reference("count --config seed", dir);
+  std::string out = test::run_reference_script("llama_ref.py", "count --config seed", dir);
   long long ref = std::stoll(out);
   LlamaConfig seed = llama_preset("seed");
   CHECK(seed.num_parameters() == ref);

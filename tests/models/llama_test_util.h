@@ -1,0 +1,22 @@
+#pragma once
+// Helpers shared by the model tests: weights that make a model's output far from
+// uniform, and the PyTorch reference scripts under tests/reference.
+
+#include <cstdint>
+#include <string>
+
+#include "models/llama_model.h"
+
+namespace fanout::test {
+
+// init_random(seed), then every matrix (each parameter of two or more dimensions)
+// times `scale`, and the working copy refreshed: the loss is far from uniform and
+// attention depends strongly on the positions.
+void init_scaled(models::LlamaModel& m, uint64_t seed, float scale);
+
+// Runs tests/reference/<script> <args> with /usr/bin/python3, its output going to
+// <dir>/ref.log; REQUIREs success and returns that output.
+std::string run_reference_script(const std::string& script, const std::string& args,
+                                 const std::string& dir);
+
+}  // namespace fanout::test
