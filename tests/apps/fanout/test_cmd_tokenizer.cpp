@@ -147,3 +147,43 @@ TEST_CASE("tokenizer train refuses bad inputs with one line") {
   CHECK(!fanout::test::has(fanout::file_read_regular(ok), "{"));  // inputs untouched
   CHECK(::access(out.c_str(), F_OK) != 0);                        // nothing half-written
 }
+
+TEST_CASE("tokenizer encode refuses bad inputs with one line") {
+  TempDir dir("fanout-tok");
+  fanout::file_write_atomic(dir / "text.txt", "hello", "test");
+  fanout::file_write_atomic(dir / "bad.json", "{not json", "test");
+  fanout::file_write_atomic(dir / "wordpiece.json", R"({"model": {"type": "WordPiece"}})", "test");
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+    int rc;
+  };
+  const std::string text = dir / "text.txt";
+  auto encode = [](std::vector<std::string> more) {
+    more.insert(more.begin(), {"tokenizer", "encode"});
+    return more;
+  };
+  const std::vector<Case> cases = {
+      {encode({"--tokenizer", dir / "none.json", "--data", text}), "none.json: no such file", 1},
+      {encode({"--tokenizer", dir / "bad.json", "--data", text}), "bad.json: not valid JSON", 1},
+      {encode({"--tokenizer", dir / "wordpiece.json", "--data", text}),
+       "model type 'WordPiece' is not supported (only BPE)", 1},
+      {encode({"--tokenizer", "byte", "--data", dir / "none.txt"}), "none.txt: no such file", 1},
+      {encode({"--tokenizer", "byte", "--data", dir.path}), "is a directory", 1},
+      {encode({"--tokenizer", "byte", "--data", text, "--write-tokenizer", dir / "no/t.json"}),
+       "does not exist", 1},
+      {encode({"--data", text}), "--tokenizer is required", 2},
+      {encode({"--tokenizer", "byte"}), "--data is required", 2},
+  };
+  for (const Case& c : cases) {
+    auto r = run_fanout(c.args);
+    std::string args;
+    for (const std::string& a : c.args) args += a + " ";
+    CAPTURE(args);
+    CAPTURE(r.err);
+    CHECK(r.rc == c.rc);
+    CHECK(r.out.empty());
+    CHECK(r.err_lines() == 1);
+    CHECK(has(r.err, c.message));
+  }
+}
