@@ -10,6 +10,7 @@
 
 #include "engine/core/check.h"
 #include "engine/core/cuda_runtime.h"
+#include "engine/core/deferred_frees.h"
 
 namespace fanout {
 
@@ -30,33 +31,40 @@ class CpuAllocator final : public Allocator {
   void raw_deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
 };
 
-// Note [CUDA allocation ordering]: allocations come from the device's default
-// memory pool through cudaMallocAsync on the legacy stream, synchronised before the
-// pointer is handed out, so any stream may use it at once. Persistent buffers
-// (parameters, gradients, the activation arena) make allocation rare in steady
-// state; frees wait for the device so that no queued kernel can still touch them.
+// Note [CUDA allocation ordering]: device memory comes from the device's own
+// caching pool (cuda_pool_allocate) and is usable on any stream once handed out.
+// A free never waits for the device: the block is held with a fence, one event on
+// every live stream (queued work of any stream or device may still read or write
+// it: kernels, peer copies, collectives), and goes back to the pool once all of
+// them have passed, found at the next allocation or free (DeferredFrees). Only an
+// allocation that finds the device full waits, for the held blocks, and tries again.
 class CudaAllocator final : public Allocator {
  public:
-  using Allocator::Allocator;
+  explicit CudaAllocator(Device device)
+      : Allocator(device),
+        frees_({cuda_fence_all_streams, cuda_event_query, cuda_event_synchronize,
+                cuda_fence_recycle,
+                [index = device.index](void* p) { cuda_pool_release(p, index); }}) {}
 
  protected:
   void* raw_allocate(size_t bytes) override {
-    void* p = nullptr;
+    const int index = device().index;
+    const size_t n = bytes == 0 ? 256 : bytes;
+    frees_.reclaim();
+    if (void* p = cuda_pool_allocate(n, index)) return p;
+    if (frees_.drain() == 0) return nullptr;
+    return cuda_pool_allocate(n, index);
+  }
+  void raw_deallocate(void* ptr, size_t bytes) noexcept override {
+    frees_.defer(ptr, bytes);
     try {
-      p = cuda_malloc_async(bytes == 0 ? 256 : bytes, device().index, nullptr);
-    } catch (const Error& e) {
-      // cudaErrorMemoryAllocation, whose text is "out of memory" (cuda_runtime.h has
-      // no error codes); it is not sticky, so the device stays usable.
-      if (std::string(e.what()).find("out of memory") != std::string::npos) return nullptr;
-      throw;
+      frees_.reclaim();
+    } catch (...) {  // a failed device: what is held stays held
     }
-    cuda_stream_synchronize(nullptr);
-    return p;
   }
-  void raw_deallocate(void* ptr, size_t) noexcept override {
-    cuda_device_synchronize(device().index);
-    cuda_free_async(ptr, device().index, nullptr);
-  }
+
+ private:
+  DeferredFrees frees_;
 };
 
 }  // namespace

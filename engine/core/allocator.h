@@ -2,7 +2,8 @@
 // One Allocator per device, with byte accounting readable at any time: live and
 // peak bytes in total and per MemTag (params, grads, optimizer state, ...), so the
 // engine can report where each device's memory goes. CPU: 64-byte aligned host
-// memory. CUDA: the device's stream-ordered memory pool (cudaMallocAsync).
+// memory. CUDA: a caching pool per device whose frees never wait for the device
+// (Note [CUDA allocation ordering], allocator.cpp).
 // An optional capacity caps a device's live bytes (a CPU device standing for a GPU
 // of that size: `--device-memory`); going past it throws fanout::Error.
 

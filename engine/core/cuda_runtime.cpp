@@ -5,7 +5,13 @@
 #ifdef FANOUT_HAS_CUDA
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+
 #include "engine/core/cuda_check.h"
+#include "engine/core/cuda_guard.h"
 #endif
 
 namespace fanout {
@@ -55,24 +61,134 @@ CudaDeviceInfo cuda_device_info(int index) {
   return {prop.name, prop.totalGlobalMem, prop.multiProcessorCount, prop.major, prop.minor};
 }
 
-void cuda_set_device(int index) {
-  FANOUT_CUDA_CHECK(cudaSetDevice(index));
+// Note [Device guards]: a device thread (ThreadPool) pins its device for its
+// lifetime. Every other CUDA call binds the device it works on for its own duration
+// and then gives the thread its previous device back, so a thread that drives
+// several devices in a loop (the coordinating thread: unit stores, local
+// collectives) never leaves one current by accident, and a device thread that makes
+// a stream for another device stays on its own. The previous device is restored
+// only when this process already has a context on it: a thread that never chose a
+// device reports cuda:0, and switching back to cuda:0 would create a context there
+// (hundreds of MiB) on a GPU the run may not use.
+namespace {
+std::atomic<uint64_t> g_devices_in_use{0};  // bit d: this process made cuda:d current
+
+void note_in_use(int device) {
+  if (device >= 0 && device < 64) g_devices_in_use.fetch_or(uint64_t{1} << device);
+}
+bool in_use(int device) {
+  return device >= 0 && device < 64 && (g_devices_in_use.load() >> device & 1) != 0;
+}
+}  // namespace
+
+CudaDeviceGuard::CudaDeviceGuard(int device) {
+  int current = -1;
+  FANOUT_CUDA_CHECK(cudaGetDevice(&current));
+  if (current == device) return;
+  FANOUT_CUDA_CHECK(cudaSetDevice(device));
+  note_in_use(device);
+  if (in_use(current)) previous_ = current;
 }
 
+CudaDeviceGuard::CudaDeviceGuard(cudaStream_t stream)
+    : CudaDeviceGuard(cuda_stream_device(stream)) {}
+
+CudaDeviceGuard::~CudaDeviceGuard() {
+  if (previous_ >= 0)
+    cudaSetDevice(previous_);  // on a device the process already uses: cannot fail
+}
+
+int cuda_stream_device(cudaStream_t stream) {
+  int device = -1;
+  FANOUT_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
+  return device;
+}
+
+void cuda_set_device(int index) {
+  FANOUT_CUDA_CHECK(cudaSetDevice(index));
+  note_in_use(index);
+}
+
+// --- streams and fences -------------------------------------------------------
+
+namespace {
+// Every live stream (for fences), and idle fence events per device.
+struct Streams {
+  std::mutex mu;
+  std::map<cudaStream_t, int> live;                     // stream -> device
+  std::map<int, std::vector<cudaEvent_t>> idle_events;  // device -> pooled events
+  std::map<cudaEvent_t, int> event_device;
+};
+Streams& streams() {
+  static auto* s = new Streams();  // never destroyed: streams may outlive static destruction
+  return *s;
+}
+}  // namespace
+
 void* cuda_stream_create(int device) {
-  FANOUT_CUDA_CHECK(cudaSetDevice(device));
+  CudaDeviceGuard guard(device);
   cudaStream_t s = nullptr;
   FANOUT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::lock_guard<std::mutex> lock(streams().mu);
+  streams().live[s] = device;
   return s;
 }
 void cuda_stream_destroy(void* stream) noexcept {
-  cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+  auto s = static_cast<cudaStream_t>(stream);
+  {
+    std::lock_guard<std::mutex> lock(streams().mu);
+    streams().live.erase(s);
+  }
+  cudaStreamDestroy(s);
 }
 void cuda_stream_synchronize(void* stream) {
   FANOUT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
+
+std::vector<void*> cuda_fence_all_streams() {
+  Streams& st = streams();
+  std::lock_guard<std::mutex> lock(st.mu);
+  std::vector<void*> events;
+  events.reserve(st.live.size());
+  try {
+    for (auto [s, device] : st.live) {
+      std::vector<cudaEvent_t>& idle = st.idle_events[device];
+      cudaEvent_t e = nullptr;
+      if (idle.empty()) {
+        CudaDeviceGuard guard(device);
+        FANOUT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        st.event_device[e] = device;
+      } else {
+        e = idle.back();
+        idle.pop_back();
+      }
+      events.push_back(e);  // before the record: a failed record still gives it back
+      FANOUT_CUDA_CHECK(cudaEventRecord(e, s));
+    }
+  } catch (...) {
+    for (void* e : events)
+      st.idle_events[st.event_device[static_cast<cudaEvent_t>(e)]].push_back(
+          static_cast<cudaEvent_t>(e));
+    throw;
+  }
+  return events;
+}
+
+void cuda_fence_recycle(void* event) noexcept {
+  Streams& st = streams();
+  auto e = static_cast<cudaEvent_t>(event);
+  try {
+    std::lock_guard<std::mutex> lock(st.mu);
+    st.idle_events[st.event_device.at(e)].push_back(e);
+  } catch (...) {  // no memory to pool it: destroy it instead
+    cudaEventDestroy(e);
+  }
+}
+
+// --- events -------------------------------------------------------------------
+
 void* cuda_event_create(int device) {
-  FANOUT_CUDA_CHECK(cudaSetDevice(device));
+  CudaDeviceGuard guard(device);
   cudaEvent_t e = nullptr;
   FANOUT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   return e;
@@ -81,12 +197,14 @@ void cuda_event_destroy(void* event) noexcept {
   cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 void cuda_event_record(void* event, void* stream) {
-  FANOUT_CUDA_CHECK(
-      cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  FANOUT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), s));
 }
 void cuda_stream_wait_event(void* stream, void* event) {
-  FANOUT_CUDA_CHECK(
-      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  FANOUT_CUDA_CHECK(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(event), 0));
 }
 void cuda_event_synchronize(void* event) {
   FANOUT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
@@ -97,33 +215,89 @@ bool cuda_event_query(void* event) {
   FANOUT_CUDA_CHECK(err);
   return true;
 }
-void* cuda_malloc_async(size_t bytes, int device, void* stream) {
-  FANOUT_CUDA_CHECK(cudaSetDevice(device));
-  void* p = nullptr;
-  FANOUT_CUDA_CHECK(cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream)));
+
+// --- memory -------------------------------------------------------------------
+
+namespace {
+// Per device: a pool of its own (so ops' stream-ordered scratch in the default pool
+// never lends it a block still in use on another stream) and a private stream that
+// only ever allocates and releases idle blocks, so synchronising it waits for
+// nothing else.
+struct DevicePool {
+  cudaMemPool_t pool = nullptr;
+  cudaStream_t stream = nullptr;
+};
+
+DevicePool& device_pool(int device) {
+  static std::mutex mu;
+  static auto* pools = new std::map<int, DevicePool>();
+  std::lock_guard<std::mutex> lock(mu);
+  DevicePool& p = (*pools)[device];
+  if (p.pool) return p;
+  CudaDeviceGuard guard(device);
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  FANOUT_CUDA_CHECK(cudaMemPoolCreate(&p.pool, &props));
+  // Keep freed memory mapped: without a threshold every synchronisation unmaps the
+  // pool's idle memory and the next step maps it again.
+  uint64_t keep = UINT64_MAX;
+  FANOUT_CUDA_CHECK(cudaMemPoolSetAttribute(p.pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  // The default pool serves the ops' scratch (ops/cuda/common.cuh): cache it too.
+  cudaMemPool_t fallback = nullptr;
+  FANOUT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&fallback, device));
+  FANOUT_CUDA_CHECK(cudaMemPoolSetAttribute(fallback, cudaMemPoolAttrReleaseThreshold, &keep));
+  FANOUT_CUDA_CHECK(cudaStreamCreateWithFlags(&p.stream, cudaStreamNonBlocking));
   return p;
 }
-void cuda_free_async(void* ptr, int device, void* stream) noexcept {
-  cudaSetDevice(device);
-  cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream));
+}  // namespace
+
+void* cuda_pool_allocate(size_t bytes, int device) {
+  DevicePool& p = device_pool(device);
+  CudaDeviceGuard guard(device);
+  void* ptr = nullptr;
+  cudaError_t err = cudaMallocFromPoolAsync(&ptr, bytes, p.pool, p.stream);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // handled here: the next launch check must not see it
+    return nullptr;
+  }
+  FANOUT_CUDA_CHECK(err);
+  // The stream holds only allocations and releases of idle blocks: this returns at
+  // once, and then any stream may use the block.
+  FANOUT_CUDA_CHECK(cudaStreamSynchronize(p.stream));
+  return ptr;
 }
-void cuda_device_synchronize(int device) noexcept {
-  cudaSetDevice(device);
-  cudaDeviceSynchronize();
+
+void cuda_pool_release(void* ptr, int device) noexcept {
+  try {
+    DevicePool& p = device_pool(device);
+    CudaDeviceGuard guard(device);
+    cudaFreeAsync(ptr, p.stream);
+  } catch (...) {  // the device failed: the block is lost with it
+  }
 }
+
+// --- copies -------------------------------------------------------------------
+
 void cuda_memcpy_async(void* dst, const void* src, size_t bytes, CudaCopy kind, void* stream) {
   cudaMemcpyKind k = kind == CudaCopy::host_to_device   ? cudaMemcpyHostToDevice
                      : kind == CudaCopy::device_to_host ? cudaMemcpyDeviceToHost
                                                         : cudaMemcpyDeviceToDevice;
-  FANOUT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream)));
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  FANOUT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, s));
 }
 void cuda_memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device,
                             size_t bytes, void* stream) {
-  FANOUT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes,
-                                        static_cast<cudaStream_t>(stream)));
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  FANOUT_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, s));
 }
 void cuda_memset_async(void* dst, int value, size_t bytes, void* stream) {
-  FANOUT_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)));
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  FANOUT_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, s));
 }
 
 #else  // no CUDA backend in this build
@@ -173,11 +347,14 @@ void cuda_event_synchronize(void*) {
 bool cuda_event_query(void*) {
   no_cuda();
 }
-void* cuda_malloc_async(size_t, int, void*) {
+void* cuda_pool_allocate(size_t, int) {
   no_cuda();
 }
-void cuda_free_async(void*, int, void*) noexcept {}
-void cuda_device_synchronize(int) noexcept {}
+void cuda_pool_release(void*, int) noexcept {}
+std::vector<void*> cuda_fence_all_streams() {
+  no_cuda();
+}
+void cuda_fence_recycle(void*) noexcept {}
 void cuda_memcpy_async(void*, const void*, size_t, CudaCopy, void*) {
   no_cuda();
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace fanout {
 
@@ -21,8 +22,11 @@ int cuda_device_count();                // 0 without CUDA build, driver or devic
 std::string cuda_unavailable_reason();  // why cuda_device_count() is 0, one line
 CudaDeviceInfo cuda_device_info(int index);
 
-// Opaque handles: cudaStream_t / cudaEvent_t as void*.
+// Opaque handles: cudaStream_t / cudaEvent_t as void*. Every call binds the device
+// it works on and gives the thread its previous one back (Note [Device guards]),
+// except cuda_set_device, with which a device thread pins its device for good.
 void cuda_set_device(int index);
+// A non-blocking stream, known to cuda_fence_all_streams until it is destroyed.
 void* cuda_stream_create(int device);
 void cuda_stream_destroy(void* stream) noexcept;
 void cuda_stream_synchronize(void* stream);
@@ -32,9 +36,20 @@ void cuda_event_record(void* event, void* stream);
 void cuda_stream_wait_event(void* stream, void* event);
 void cuda_event_synchronize(void* event);
 bool cuda_event_query(void* event);
-void* cuda_malloc_async(size_t bytes, int device, void* stream);
-void cuda_free_async(void* ptr, int device, void* stream) noexcept;
-void cuda_device_synchronize(int device) noexcept;  // errors surface at the next checked call
+
+// Device memory from the device's own caching pool (its release threshold keeps
+// freed memory mapped for the next step), usable on any stream once returned;
+// nullptr when the device is out of memory, with the error cleared so that no
+// later launch check reports it. Only the Allocator calls these (allocator.cpp).
+void* cuda_pool_allocate(size_t bytes, int device);
+// Back to the pool; only for a block no queued work uses any more.
+void cuda_pool_release(void* ptr, int device) noexcept;
+
+// An event recorded now on every live stream of every device: once all have passed,
+// everything queued before the call has run. The events are pooled: give each back
+// with cuda_fence_recycle once it is no longer needed.
+std::vector<void*> cuda_fence_all_streams();
+void cuda_fence_recycle(void* event) noexcept;
 
 enum class CudaCopy { host_to_device, device_to_host, device_to_device };
 void cuda_memcpy_async(void* dst, const void* src, size_t bytes, CudaCopy kind, void* stream);

@@ -1,9 +1,11 @@
 // CUDA kernels for the engine's flat-buffer arithmetic (flat.h): grid-stride
-// loops over n elements, one launch each, checked after launch.
+// loops over n elements, one launch each on the stream's device (callers loop over
+// devices from one thread), checked after launch.
 
 #include <cuda_runtime.h>
 
 #include "engine/core/cuda_check.h"
+#include "engine/core/cuda_guard.h"
 #include "engine/core/flat_cuda.h"
 
 namespace fanout::cuda {
@@ -35,17 +37,23 @@ __global__ void scale_kernel(float* dst, int64_t n, float alpha) {
 
 void flat_fill_f32(void* stream, float* dst, int64_t n, float value) {
   if (n == 0) return;
-  fill_kernel<<<grid_for(n), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(dst, n, value);
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  fill_kernel<<<grid_for(n), kBlock, 0, s>>>(dst, n, value);
   FANOUT_CUDA_LAUNCH_CHECK();
 }
 void flat_add_f32(void* stream, float* dst, const float* src, int64_t n) {
   if (n == 0) return;
-  add_kernel<<<grid_for(n), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(dst, src, n);
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  add_kernel<<<grid_for(n), kBlock, 0, s>>>(dst, src, n);
   FANOUT_CUDA_LAUNCH_CHECK();
 }
 void flat_scale_f32(void* stream, float* dst, int64_t n, float alpha) {
   if (n == 0) return;
-  scale_kernel<<<grid_for(n), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(dst, n, alpha);
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  scale_kernel<<<grid_for(n), kBlock, 0, s>>>(dst, n, alpha);
   FANOUT_CUDA_LAUNCH_CHECK();
 }
 
