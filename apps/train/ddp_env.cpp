@@ -1,5 +1,7 @@
 #include "apps/train/ddp_env.h"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -84,9 +86,21 @@ DdpEnv ddp_env_from_environment() {
   return ddp_env_from(env_lookup_process);
 }
 
+void ddp_check_distinct_gpus(const std::vector<Device>& devices) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    FANOUT_CHECK(
+        !devices[i].is_cuda() ||
+            std::find(devices.begin(), devices.begin() + i, devices[i]) == devices.begin() + i,
+        "ddp puts one process on each GPU and NCCL refuses two on one, but ", devices[i].str(),
+        " is listed twice: list distinct GPUs (two replicas on one GPU run in one process: "
+        "--strategy dp or zero1..zero3)");
+  }
+}
+
 Device ddp_device(const DdpEnv& env, const std::vector<Device>& devices) {
   if (devices.size() == 1 && devices[0].is_bare())
     return device_resolve(devices[0], env.local_rank);
+  ddp_check_distinct_gpus(devices);
   FANOUT_CHECK(static_cast<int>(devices.size()) == env.local_world,
                "across processes --devices takes cpu or cuda (each rank uses device LOCAL_RANK), "
                "or one device per local rank (several devices per process are not supported "
@@ -109,7 +123,7 @@ DdpGroup ddp_connect(const DdpEnv& env, Device device, double timeout_s, bool an
   o.secret = env.secret, o.job = env.job;
   g.rendezvous = env.torch_agent_store ? rendezvous_through_torch_store(env, o)
                                        : std::make_unique<parallel::Rendezvous>(o);
-  g.group = device.is_cuda() ? parallel::make_nccl_group(*g.rendezvous, device)
+  g.group = device.is_cuda() ? parallel::make_nccl_group(*g.rendezvous, device, timeout_s)
                              : parallel::make_gloo_group(*g.rendezvous, timeout_s);
   return g;
 }

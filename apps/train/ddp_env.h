@@ -34,6 +34,9 @@ DdpEnv ddp_env_from(const EnvLookup& get);
 // This rank's device: a bare kind (cpu, cuda) takes LOCAL_RANK; a list of
 // LOCAL_WORLD_SIZE devices gives entry LOCAL_RANK.
 Device ddp_device(const DdpEnv& env, const std::vector<Device>& devices);
+// Throws fanout::Error when a GPU is listed twice: ddp puts one process on each
+// device, and NCCL refuses two ranks on one GPU.
+void ddp_check_distinct_gpus(const std::vector<Device>& devices);
 
 struct DdpGroup {
   std::unique_ptr<parallel::Rendezvous> rendezvous;

@@ -7,7 +7,7 @@
 //
 // Back-ends: LocalCollectives (CPU devices, several replicas on one GPU: copies
 // through a staging buffer plus add kernels) and NcclCollectives (distinct GPUs,
-// ncclCommInitAll + grouped calls).
+// one non-blocking communicator per GPU, one group call per collective, a watchdog).
 
 #include <atomic>
 #include <cstdint>

@@ -1,21 +1,24 @@
 // NcclGroup: ProcessGroup over NCCL for one GPU per process (ddp on GPUs). Rank 0
-// creates the unique id and publishes it through the rendezvous; every rank
-// calls ncclCommInitRank. Collectives are queued on the caller's CUDA stream;
-// launches on the communicator are serialised (mu_), as callers may be several
-// streams' threads.
-// Compiled in every CUDA build with NCCL; it runs only on machines with GPUs.
+// creates the unique id and publishes it through the rendezvous; the communicator
+// is non-blocking (NcclComms, nccl_comm.h). Collectives are queued on the
+// caller's CUDA stream from any thread (launches are serialised), and a watchdog
+// aborts them when a rank dies or the timeout passes, so the engine's stream waits
+// return and the next call throws, naming what the rendezvous knows (Note [NCCL
+// deadlines] in nccl_comm.cpp). Compiled in every CUDA build with NCCL; it runs
+// only on machines with GPUs.
 
 #include "engine/core/check.h"
 #include "engine/parallel/process_group.h"
 
 #ifdef FANOUT_HAS_NCCL
 #include <algorithm>
-#include <mutex>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include "engine/core/cuda_check.h"
+#include "engine/core/cuda_guard.h"
+#include "engine/parallel/nccl_comm.h"
 #endif
 
 namespace fanout::parallel {
@@ -23,51 +26,84 @@ namespace fanout::parallel {
 #ifdef FANOUT_HAS_NCCL
 namespace {
 
-#define FANOUT_NCCL_GROUP_CHECK(expr)                                             \
-  do {                                                                            \
-    ncclResult_t fanout_res_ = (expr);                                            \
-    if (fanout_res_ != ncclSuccess) fail(#expr, ncclGetErrorString(fanout_res_)); \
-  } while (0)
+constexpr int64_t kHostScalars = 64;  // all_reduce_host's most values
+
+// all_reduce_host's device side: a stream of its own and room for the values.
+class HostScalars {
+ public:
+  explicit HostScalars(int device) : device_(device) {
+    CudaDeviceGuard on(device);
+    FANOUT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cudaError_t made = cudaMalloc(&values_, kHostScalars * sizeof(double));
+    if (made != cudaSuccess) cudaStreamDestroy(stream_);
+    FANOUT_CUDA_CHECK(made);
+  }
+  ~HostScalars() {
+    try {
+      CudaDeviceGuard on(device_);
+      cudaFree(values_);
+      cudaStreamDestroy(stream_);
+    } catch (const std::exception&) {
+      // The device is gone: nothing left to free.
+    }
+  }
+  HostScalars(const HostScalars&) = delete;
+  HostScalars& operator=(const HostScalars&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  double* values() const { return values_; }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  double* values_ = nullptr;
+};
+
+cudaStream_t cuda_stream(Stream& s) {
+  return static_cast<cudaStream_t>(s.cuda_handle());
+}
 
 class NcclGroup final : public ProcessGroup {
  public:
-  NcclGroup(Rendezvous& r, Device device) : ProcessGroup(r), device_(device) {
-    FANOUT_CHECK(device.is_cuda(), "NCCL process groups need CUDA devices, got ", device.str());
-    ncclUniqueId id;
-    if (r.rank() == 0) {
-      FANOUT_NCCL_GROUP_CHECK(ncclGetUniqueId(&id));
-      r.set("nccl/unique-id", std::vector<char>(id.internal, id.internal + sizeof id.internal));
-    }
-    std::vector<char> bytes = r.get("nccl/unique-id");
-    FANOUT_ASSERT(bytes.size() == sizeof id.internal, "bad NCCL unique id");
-    std::copy(bytes.begin(), bytes.end(), id.internal);
-    FANOUT_CUDA_CHECK(cudaSetDevice(device.index));
-    FANOUT_NCCL_GROUP_CHECK(ncclCommInitRank(&comm_, r.world(), id, r.rank()));
-    FANOUT_CUDA_CHECK(cudaMalloc(&scratch_, 64 * sizeof(double)));
-  }
-  ~NcclGroup() override {
-    cudaFree(scratch_);
-    ncclCommDestroy(comm_);
+  NcclGroup(Rendezvous& r, Device device, double timeout_s)
+      : ProcessGroup(r), device_(device), host_(device.index) {
+    NcclCommsOptions o;
+    o.devices = {device.index};
+    o.ranks = {r.rank()};
+    o.world = r.world();
+    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    o.who = detail::str_cat("rank ", r.rank());
+    o.why = [this] { return rendezvous_.describe_failure(); };
+    comms_ = std::make_unique<NcclComms>(nccl_unique_id_share(r, "nccl/unique-id"), std::move(o));
   }
   const char* name() const override { return "nccl"; }
   void set_sum_dtype(DType dtype) override {
     FANOUT_CHECK(dtype == DType::f32,
-                 "bf16 gradient sums on CUDA devices arrive with the CUDA issue [3/6]");
+                 "bf16 gradient sums are not supported across processes on CUDA devices yet: "
+                 "use --grad-comm fp32");
   }
 
   void all_reduce(const Tensor& buf, int64_t begin, int64_t end, Stream& stream) override {
+    check_buffer(buf, "all-reduce", false);
     if (end <= begin) return;
-    std::lock_guard<std::mutex> lock(mu_);
     float* p = buf.data<float>() + begin;
-    FANOUT_NCCL_GROUP_CHECK(ncclAllReduce(p, p, end - begin, ncclFloat, ncclSum, comm_,
-                                          static_cast<cudaStream_t>(stream.cuda_handle())));
+    cudaStream_t s = cuda_stream(stream);
+    size_t n = static_cast<size_t>(end - begin);
+    comms_->launch("all-reduce", {s}, [&] {
+      comms_->check(ncclAllReduce(p, p, n, ncclFloat, ncclSum, comms_->comm(0), s));
+    });
+    int64_t w = world();
+    bytes_sent_ += 2 * (w - 1) * (end - begin) * static_cast<int64_t>(sizeof(float)) / w;
   }
 
   void broadcast(const Tensor& buf, int root, Stream& stream) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    check_buffer(buf, "broadcast", false);
     float* p = buf.data<float>();
-    FANOUT_NCCL_GROUP_CHECK(ncclBroadcast(p, p, buf.numel(), ncclFloat, root, comm_,
-                                          static_cast<cudaStream_t>(stream.cuda_handle())));
+    cudaStream_t s = cuda_stream(stream);
+    size_t n = static_cast<size_t>(buf.numel());
+    comms_->launch("broadcast", {s}, [&] {
+      comms_->check(ncclBroadcast(p, p, n, ncclFloat, root, comms_->comm(0), s));
+    });
   }
 
   // Equal pieces covering the range go to ncclReduceScatter in place; otherwise
@@ -76,26 +112,24 @@ class NcclGroup final : public ProcessGroup {
   // every piece but this rank's own.
   void reduce_scatter(const Tensor& buf, const std::vector<int64_t>& bounds, int64_t begin,
                       int64_t end, Stream& stream) override {
-    FANOUT_ASSERT(buf.device().is_cuda() && buf.dtype() == DType::f32, "NCCL reduce-scatter of ",
-                  buf.str());
+    check_buffer(buf, "reduce-scatter", false);
     std::vector<int64_t> at = piece_edges(buf, bounds, begin, end);
     if (at.front() == at.back()) return;
-    std::lock_guard<std::mutex> lock(mu_);
     float* p = buf.data<float>();
-    auto s = static_cast<cudaStream_t>(stream.cuda_handle());
-    int64_t n = at[1] - at[0];
-    if (even(at)) {
-      FANOUT_NCCL_GROUP_CHECK(
-          ncclReduceScatter(p + at[0], p + at[rank()], n, ncclFloat, ncclSum, comm_, s));
-    } else {
-      FANOUT_NCCL_GROUP_CHECK(ncclGroupStart());
+    cudaStream_t s = cuda_stream(stream);
+    comms_->launch("reduce-scatter", {s}, [&] {
+      ncclComm_t c = comms_->comm(0);
+      if (even(at)) {
+        size_t n = static_cast<size_t>(at[1] - at[0]);
+        comms_->check(ncclReduceScatter(p + at[0], p + at[rank()], n, ncclFloat, ncclSum, c, s));
+        return;
+      }
       for (int q = 0; q < world(); ++q) {
         if (at[q] == at[q + 1]) continue;
-        FANOUT_NCCL_GROUP_CHECK(
-            ncclReduce(p + at[q], p + at[q], at[q + 1] - at[q], ncclFloat, ncclSum, q, comm_, s));
+        size_t n = static_cast<size_t>(at[q + 1] - at[q]);
+        comms_->check(ncclReduce(p + at[q], p + at[q], n, ncclFloat, ncclSum, q, c, s));
       }
-      FANOUT_NCCL_GROUP_CHECK(ncclGroupEnd());
-    }
+    });
     bytes_sent_ += (at.back() - at.front() - (at[rank() + 1] - at[rank()])) *
                    static_cast<int64_t>(sizeof(float));
   }
@@ -106,45 +140,60 @@ class NcclGroup final : public ProcessGroup {
   // ring order may differ; the sum over ranks is the same).
   void all_gather(const Tensor& buf, const std::vector<int64_t>& bounds, int64_t begin, int64_t end,
                   Stream& stream) override {
-    FANOUT_ASSERT(
-        buf.device().is_cuda() && (buf.dtype() == DType::f32 || buf.dtype() == DType::bf16),
-        "NCCL all-gather of ", buf.str());
+    check_buffer(buf, "all-gather", true);
     std::vector<int64_t> at = piece_edges(buf, bounds, begin, end);
     if (at.front() == at.back()) return;
-    std::lock_guard<std::mutex> lock(mu_);
     ncclDataType_t type = buf.dtype() == DType::bf16 ? ncclBfloat16 : ncclFloat;
     size_t elem = dtype_size(buf.dtype());
     auto* p = static_cast<char*>(buf.raw());
-    auto s = static_cast<cudaStream_t>(stream.cuda_handle());
-    if (even(at)) {
-      FANOUT_NCCL_GROUP_CHECK(
-          ncclAllGather(p + at[rank()] * elem, p + at[0] * elem, at[1] - at[0], type, comm_, s));
-    } else {
-      FANOUT_NCCL_GROUP_CHECK(ncclGroupStart());
+    cudaStream_t s = cuda_stream(stream);
+    comms_->launch("all-gather", {s}, [&] {
+      ncclComm_t c = comms_->comm(0);
+      if (even(at)) {
+        size_t n = static_cast<size_t>(at[1] - at[0]);
+        comms_->check(ncclAllGather(p + at[rank()] * elem, p + at[0] * elem, n, type, c, s));
+        return;
+      }
       for (int q = 0; q < world(); ++q) {
         if (at[q] == at[q + 1]) continue;
-        FANOUT_NCCL_GROUP_CHECK(ncclBroadcast(p + at[q] * elem, p + at[q] * elem, at[q + 1] - at[q],
-                                              type, q, comm_, s));
+        char* piece = p + at[q] * elem;
+        size_t n = static_cast<size_t>(at[q + 1] - at[q]);
+        comms_->check(ncclBroadcast(piece, piece, n, type, q, c, s));
       }
-      FANOUT_NCCL_GROUP_CHECK(ncclGroupEnd());
-    }
+    });
     int next = (rank() + 1) % world();
     bytes_sent_ +=
         (at.back() - at.front() - (at[next + 1] - at[next])) * static_cast<int64_t>(elem);
   }
 
+  // The host waits here, so this is where a failure queued on any stream surfaces
+  // at the latest: every training step ends with one of these.
   void all_reduce_host(double* values, int64_t n) override {
-    FANOUT_ASSERT(n <= 64, "too many host scalars");
-    FANOUT_CUDA_CHECK(cudaMemcpy(scratch_, values, n * sizeof(double), cudaMemcpyHostToDevice));
+    FANOUT_ASSERT(0 <= n && n <= kHostScalars, "too many host scalars: ", n);
+    if (n == 0) return;
+    cudaStream_t s = host_.stream();
+    double* d = host_.values();
+    size_t bytes = static_cast<size_t>(n) * sizeof(double);
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      FANOUT_NCCL_GROUP_CHECK(
-          ncclAllReduce(scratch_, scratch_, n, ncclDouble, ncclSum, comm_, nullptr));
+      CudaDeviceGuard on(device_.index);
+      FANOUT_CUDA_CHECK(cudaMemcpyAsync(d, values, bytes, cudaMemcpyHostToDevice, s));
     }
-    FANOUT_CUDA_CHECK(cudaMemcpy(values, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost));
+    comms_->launch("host all-reduce", {s}, [&] {
+      comms_->check(
+          ncclAllReduce(d, d, static_cast<size_t>(n), ncclDouble, ncclSum, comms_->comm(0), s));
+    });
+    comms_->wait(0, s, "host all-reduce");
+    CudaDeviceGuard on(device_.index);
+    FANOUT_CUDA_CHECK(cudaMemcpyAsync(values, d, bytes, cudaMemcpyDeviceToHost, s));
+    FANOUT_CUDA_CHECK(cudaStreamSynchronize(s));
   }
 
  private:
+  void check_buffer(const Tensor& buf, const char* what, bool bf16_too) const {
+    FANOUT_ASSERT(buf.device() == device_ &&
+                      (buf.dtype() == DType::f32 || (bf16_too && buf.dtype() == DType::bf16)),
+                  "NCCL ", what, " of ", buf.str(), " on rank ", rank(), " (", device_.str(), ")");
+  }
   // Piece q of [begin, end) is [at[q], at[q+1]) (process_group.h): the bounds
   // clamped to the range.
   std::vector<int64_t> piece_edges(const Tensor& buf, const std::vector<int64_t>& bounds,
@@ -166,25 +215,24 @@ class NcclGroup final : public ProcessGroup {
     return at[1] > at[0];
   }
 
-  [[noreturn]] void fail(const char* what, const char* cause) {
-    detail::throw_error(detail::str_cat("rank ", rank(), ": NCCL ", what, " failed: ",
-                                        rendezvous_.describe_failure(), " (", cause, ")"));
-  }
   Device device_;
-  ncclComm_t comm_ = nullptr;
-  double* scratch_ = nullptr;
-  std::mutex mu_;  // launches on comm_
+  HostScalars host_;
+  std::unique_ptr<NcclComms> comms_;  // finalized before host_'s memory is freed
 };
 
 }  // namespace
 
-std::unique_ptr<ProcessGroup> make_nccl_group(Rendezvous& rendezvous, Device device) {
-  return std::make_unique<NcclGroup>(rendezvous, device);
+std::unique_ptr<ProcessGroup> make_nccl_group(Rendezvous& rendezvous, Device device,
+                                              double timeout_s) {
+  FANOUT_CHECK(device.is_cuda() && !device.is_bare(),
+               "NCCL process groups need a CUDA device, got ", device.str());
+  FANOUT_CHECK(timeout_s > 0, "the NCCL timeout must be positive, got ", timeout_s, " s");
+  return std::make_unique<NcclGroup>(rendezvous, device, timeout_s);
 }
 
 #else
 
-std::unique_ptr<ProcessGroup> make_nccl_group(Rendezvous&, Device device) {
+std::unique_ptr<ProcessGroup> make_nccl_group(Rendezvous&, Device device, double) {
   detail::throw_error(
       detail::str_cat("ddp on ", device.str(), " needs NCCL, and this build has none"));
 }

@@ -63,8 +63,11 @@ class ProcessGroup {
 
 // Gloo over TCP for CPU devices; timeout_s bounds every collective.
 std::unique_ptr<ProcessGroup> make_gloo_group(Rendezvous& rendezvous, double timeout_s);
-// NCCL (ncclCommInitRank, the unique id through the rendezvous) for one GPU per
-// process; throws fanout::Error in builds without NCCL.
-std::unique_ptr<ProcessGroup> make_nccl_group(Rendezvous& rendezvous, Device device);
+// NCCL (the unique id through the rendezvous) for one GPU per process; timeout_s
+// bounds setup and every collective from when its stream reaches it (a dead rank
+// aborts the others' queued work, and their next call throws). Throws
+// fanout::Error in builds without NCCL.
+std::unique_ptr<ProcessGroup> make_nccl_group(Rendezvous& rendezvous, Device device,
+                                              double timeout_s);
 
 }  // namespace fanout::parallel
