@@ -1,27 +1,27 @@
 // `fanout bench`: the DataParallel modes on one model and global batch, one
 // table (tokens/s, speed-up over one device, step-time breakdown, peak bytes per
 // device), then each device's peak bytes per kind (params, grads, ...), optionally
-// as JSON. `fanout bench ops`: GFLOP/s of the CPU matmul and attention kernels at
-// a preset's shapes.
+// as JSON. A mode that fails is a row saying why, the others still run, and the
+// exit code says one failed. The ddp row and the PyTorch peers (--peers) live in
+// apps/presentation/bench_ddp.h and bench_peers.h. `fanout bench ops`: GFLOP/s of
+// the CPU matmul and attention kernels at a preset's shapes.
 
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
+#include <new>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/presentation/bench.h"
+#include "apps/presentation/bench_ddp.h"
+#include "apps/presentation/bench_peers.h"
 #include "apps/presentation/bench_svg.h"
 #include "apps/train/ddp_env.h"
 #include "apps/train/device_memory.h"
@@ -56,22 +56,34 @@ models::LlamaConfig config_of(const BenchArgs& a) {
                                : models::llama_config_load(a.config_file);
 }
 
-nlohmann::json phases_json(const parallel::PhaseTimes& p) {
-  return {{"scatter", p.scatter}, {"replicate", p.replicate}, {"forward", p.forward},
-          {"gather", p.gather},   {"loss", p.loss},           {"backward", p.backward},
-          {"reduce", p.reduce},   {"optimizer", p.optimizer}};
+// "zero3", "zero3 bf16".
+std::string row_label(const presentation::BenchResult& r) {
+  return r.mode + (r.precision == "bf16" ? " bf16" : "");
 }
 
+// "1.73x", or "-" without a baseline.
+std::string speedup_str(double tokens_per_s, double base) {
+  char buf[32] = "-";
+  if (base > 0) std::snprintf(buf, sizeof buf, "%.2fx", tokens_per_s / base);
+  return buf;
+}
+
+// One row of the table; a failed row says why in place of its figures. `base`:
+// the baseline's tokens/s (0 when it failed: no speed-ups).
 void print_row(const presentation::BenchResult& r, double base) {
+  const std::string label = row_label(r);
+  if (!r.failed.empty()) {
+    std::printf("%-24s %10s  %s\n", label.c_str(), "failed", r.failed.c_str());
+    return;
+  }
   const parallel::PhaseTimes& p = r.phases;
   auto ms = [](double s) { return s * 1e3; };
-  std::string label = r.mode + (r.precision == "bf16" ? " bf16" : "");
-  std::printf(
-      "%-24s %10.0f %7.2fx %8.1f  %7.1f %7.1f %7.1f %7.1f %7.1f %8.1f %7.1f %7.1f  %9s %9s  ",
-      label.c_str(), r.tokens_per_s, base > 0 ? r.tokens_per_s / base : 1.0, ms(r.step_s),
-      ms(p.scatter), ms(p.replicate), ms(p.forward), ms(p.gather), ms(p.loss), ms(p.backward),
-      ms(p.reduce), ms(p.optimizer), bytes_str(static_cast<size_t>(r.comm.replicate)).c_str(),
-      bytes_str(static_cast<size_t>(r.comm.reduce)).c_str());
+  std::printf("%-24s %10.0f %8s %8.1f  %7.1f %7.1f %7.1f %7.1f %7.1f %8.1f %7.1f %7.1f  %9s %9s  ",
+              label.c_str(), r.tokens_per_s, speedup_str(r.tokens_per_s, base).c_str(),
+              ms(r.step_s), ms(p.scatter), ms(p.replicate), ms(p.forward), ms(p.gather), ms(p.loss),
+              ms(p.backward), ms(p.reduce), ms(p.optimizer),
+              bytes_str(static_cast<size_t>(r.comm.replicate)).c_str(),
+              bytes_str(static_cast<size_t>(r.comm.reduce)).c_str());
   for (size_t i = 0; i < r.peaks.size(); ++i) {
     std::printf("%s%s %s", i ? ", " : "", r.peaks[i].device.c_str(),
                 bytes_str(r.peaks[i].peak_bytes).c_str());
@@ -79,38 +91,20 @@ void print_row(const presentation::BenchResult& r, double base) {
   std::printf("\n");
 }
 
-nlohmann::json result_json(const presentation::BenchResult& r) {
-  nlohmann::json peaks = nlohmann::json::array();
-  for (const auto& p : r.peaks) peaks.push_back(presentation::device_peak_json(p));
-  return {{"mode", r.mode},
-          {"devices", r.devices},
-          {"precision", r.precision},
-          {"grad_comm", r.grad_comm},
-          {"comm_bytes_per_step", {{"replicate", r.comm.replicate}, {"reduce", r.comm.reduce}}},
-          {"tokens_per_s", r.tokens_per_s},
-          {"step_s", r.step_s},
-          {"phases_s", phases_json(r.phases)},
-          {"peaks", peaks},
-          {"last_loss", r.last_loss}};
+// Runs one row; whatever it throws becomes the row's reason, and the bench goes on.
+template <typename F>
+presentation::BenchResult run_row(const std::string& mode, const std::string& precision, F f) {
+  presentation::BenchResult r;
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    r.failed = "out of memory (a size asked for more than the machine has)";
+  } catch (const std::exception& e) {
+    r.failed = e.what();
+  }
+  r.mode = mode, r.precision = precision;
+  return r;
 }
-
-// A fresh directory only this process uses (mkdtemp: a name chosen in advance
-// could already be someone's symlink), removed with its contents on every exit.
-struct PrivateTempDir {
-  explicit PrivateTempDir(const std::string& prefix) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
-    FANOUT_CHECK(::mkdtemp(tmpl.data()) != nullptr, "cannot create a temporary directory in ",
-                 std::filesystem::temp_directory_path().string(), ": ", std::strerror(errno));
-    path = tmpl;
-  }
-  ~PrivateTempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  PrivateTempDir(const PrivateTempDir&) = delete;
-  PrivateTempDir& operator=(const PrivateTempDir&) = delete;
-  std::string path;
-};
 
 // A double as text that reads back as the same value (std::to_string prints
 // 0.000000 for a 1e-7 bucket).
@@ -120,84 +114,32 @@ std::string exact_str(double v) {
   return buf;
 }
 
-// The ddp row: `fanout launch` starts one bench-worker per device; each rank
-// writes its figures to FILE.rankR, merged here (tokens/s and phases of rank 0,
-// every rank's peak bytes).
-presentation::BenchResult bench_ddp(const BenchArgs& a, const std::vector<Device>& devices,
-                                    const std::string& precision) {
-  for (const Device& d : devices) {
-    FANOUT_CHECK(d.kind == devices[0].kind, "ddp in fanout bench needs devices of one kind");
+// What every rank of the ddp row gets besides its device and --json.
+std::vector<std::string> worker_flags(const BenchArgs& a, const std::string& precision) {
+  std::vector<std::string> flags = {"--batch-size", std::to_string(a.batch_size),
+                                    "--seq-len",    std::to_string(a.seq_len),
+                                    "--steps",      std::to_string(a.steps),
+                                    "--warmup",     std::to_string(a.warmup),
+                                    "--bucket-mb",  exact_str(a.bucket_mb),
+                                    "--precision",  precision,
+                                    "--grad-comm",  a.grad_comm};
+  if (a.config_file.empty()) {
+    flags.insert(flags.end(), {"--preset", a.preset});
+  } else {
+    flags.insert(flags.end(), {"--config", a.config_file});
   }
-  PrivateTempDir tmp("fanout-bench-ddp");
-  std::string out = tmp.path + "/ddp.json";
+  if (!a.device_memory.empty()) flags.insert(flags.end(), {"--device-memory", a.device_memory});
+  return flags;
+}
+
+std::string self_binary() {
   char self[4096];
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   FANOUT_CHECK(n > 0, "cannot find the fanout binary");
-  self[n] = '\0';
-  std::vector<std::string> args = {self,
-                                   "launch",
-                                   "--nproc-per-node",
-                                   std::to_string(devices.size()),
-                                   "--",
-                                   "bench-worker",
-                                   "--devices",
-                                   devices[0].is_cpu() ? "cpu" : "cuda",
-                                   "--batch-size",
-                                   std::to_string(a.batch_size),
-                                   "--seq-len",
-                                   std::to_string(a.seq_len),
-                                   "--steps",
-                                   std::to_string(a.steps),
-                                   "--warmup",
-                                   std::to_string(a.warmup),
-                                   "--bucket-mb",
-                                   exact_str(a.bucket_mb),
-                                   "--precision",
-                                   precision,
-                                   "--grad-comm",
-                                   a.grad_comm,
-                                   "--json",
-                                   out};
-  if (a.config_file.empty()) {
-    args.insert(args.end(), {"--preset", a.preset});
-  } else {
-    args.insert(args.end(), {"--config", a.config_file});
-  }
-  if (!a.device_memory.empty()) args.insert(args.end(), {"--device-memory", a.device_memory});
-  std::vector<char*> argv;
-  for (std::string& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t pid;
-  FANOUT_CHECK(posix_spawn(&pid, self, nullptr, nullptr, argv.data(), environ) == 0,
-               "cannot start fanout launch for the ddp row");
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  FANOUT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-               "the ddp row failed (fanout launch exited with ", WEXITSTATUS(status), ")");
-  presentation::BenchResult r;
-  r.mode = "ddp (" + std::to_string(devices.size()) + " processes)";
-  r.devices = devices_str(devices);
-  for (size_t rank = 0; rank < devices.size(); ++rank) {
-    std::ifstream in(out + ".rank" + std::to_string(rank));
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    FANOUT_CHECK(!j.is_discarded(), "the ddp row's rank ", rank, " wrote no figures");
-    if (rank == 0) {
-      r.tokens_per_s = j["tokens_per_s"], r.step_s = j["step_s"], r.last_loss = j["last_loss"];
-      r.precision = j["precision"], r.grad_comm = j["grad_comm"];
-      r.comm = {j["comm_bytes_per_step"]["replicate"], j["comm_bytes_per_step"]["reduce"]};
-      const auto& p = j["phases_s"];
-      r.phases = {p["scatter"], p["replicate"], p["forward"], p["gather"],
-                  p["loss"],    p["backward"],  p["reduce"],  p["optimizer"]};
-    }
-    for (const auto& peak : j["peaks"]) {
-      r.peaks.push_back(presentation::device_peak_from_json(peak));  // with each kind's peak
-      r.peaks.back().device = "rank " + std::to_string(rank) + " " + r.peaks.back().device;
-    }
-  }
-  return r;
+  return std::string(self, static_cast<size_t>(n));
 }
 
+// One rank of the ddp row: entry LOCAL_RANK of the listed devices (ddp_device).
 int run_bench_worker(const BenchArgs& a) {
   presentation::BenchSetup setup;
   setup.config = config_of(a);
@@ -217,15 +159,10 @@ int run_bench_worker(const BenchArgs& a) {
   setup.group = group.group.get();
   presentation::BenchResult r =
       presentation::bench_mode(setup, presentation::bench_modes_parse("ddp")[0]);
-  file_write_atomic(a.json + ".rank" + std::to_string(setup.ddp.rank), result_json(r).dump() + "\n",
-                    "--json");
+  file_write_atomic(a.json + ".rank" + std::to_string(setup.ddp.rank),
+                    presentation::bench_result_json(r).dump() + "\n", "--json");
   return 0;
 }
-
-struct PeerResult {
-  std::string label, precision;
-  double tokens_per_s = 0;
-};
 
 // The precisions `--precision` asks for, in table order.
 std::vector<std::string> precisions_of(const BenchArgs& a) {
@@ -233,64 +170,17 @@ std::vector<std::string> precisions_of(const BenchArgs& a) {
   return {a.precision};
 }
 
-// `s` as one word for /bin/sh (a config path with a space or a quote stays one).
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-// The python that has torch: Debian's /usr/bin/python3 here, python3 on the GPU machine.
-std::string python_with_torch() {
-  for (const char* py : {"/usr/bin/python3", "python3"}) {
-    std::string cmd = std::string(py) + " -c 'import torch' >/dev/null 2>&1";
-    if (std::system(cmd.c_str()) == 0) return py;
-  }
-  return "";
-}
-
-// PyTorch on the same config and batch: DDP (gloo on CPU, nccl on GPUs) over as
-// many processes as fanout has devices, and nn.DataParallel on GPUs; in fp32 and,
-// for bf16, under torch.autocast(bfloat16) (Lightning's bf16-mixed).
-std::vector<PeerResult> run_peers(const BenchArgs& a, const std::vector<Device>& devices) {
-  std::string py = python_with_torch();
-  FANOUT_CHECK(!py.empty(), "--peers needs PyTorch (python3 with torch)");
+std::vector<presentation::PeerRow> run_peers(const BenchArgs& a,
+                                             const std::vector<Device>& devices) {
+  presentation::PeerRequest q;
+  q.python = presentation::bench_peers_python();
   const char* env_dir = std::getenv("FANOUT_REFERENCE_DIR");
-  std::string script =
+  q.script =
       std::string(env_dir ? env_dir : FANOUT_SOURCE_DIR "/tests/reference") + "/peer_bench.py";
-  FANOUT_CHECK(std::filesystem::exists(script), "--peers: cannot find ", script,
-               " (set FANOUT_REFERENCE_DIR)");
-  bool cuda = devices[0].is_cuda();
-  std::vector<std::pair<std::string, std::string>> runs = {
-      {"PyTorch DDP (" + std::string(cuda ? "nccl" : "gloo") + ", " +
-           std::to_string(devices.size()) + " processes)",
-       "--mode ddp --backend " + std::string(cuda ? "nccl" : "gloo")}};
-  if (cuda) runs.push_back({"PyTorch nn.DataParallel", "--mode dp"});
-  std::vector<PeerResult> out;
-  PrivateTempDir tmp("fanout-peer");
-  for (const std::string& precision : precisions_of(a)) {
-    for (const auto& [label, mode] : runs) {
-      std::string json = tmp.path + "/peer.json";
-      std::string cmd =
-          py + " " + shell_quote(script) + " --config " +
-          shell_quote(a.config_file.empty() ? a.preset : a.config_file) + " --batch-size " +
-          std::to_string(a.batch_size) + " --seq-len " + std::to_string(a.seq_len) + " --steps " +
-          std::to_string(a.steps) + " --warmup " + std::to_string(a.warmup) + " --nproc " +
-          std::to_string(devices.size()) + " --device " + (cuda ? "cuda" : "cpu") + " " + mode +
-          " --precision " + precision + " --json " + shell_quote(json) + " >/dev/null";
-      int rc = std::system(cmd.c_str());
-      FANOUT_CHECK(rc == 0, "the PyTorch peer failed: ", cmd);
-      std::ifstream in(json);
-      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-      FANOUT_CHECK(!j.is_discarded() && j.contains("tokens_per_s"),
-                   "the PyTorch peer wrote no figures");
-      std::string how = precision == "bf16" ? ", bf16 autocast" : ", fp32";
-      out.push_back({label + how + ", torch " + j.value("torch", std::string("?")), precision,
-                     j["tokens_per_s"]});
-      std::filesystem::remove(json);
-    }
-  }
-  return out;
+  q.config = a.config_file.empty() ? a.preset : a.config_file;
+  q.batch_size = a.batch_size, q.seq_len = a.seq_len, q.steps = a.steps, q.warmup = a.warmup;
+  q.precisions = precisions_of(a);
+  return presentation::bench_peers_run(q, devices);
 }
 
 // Before any work: every result path must be a regular file or a new path (a
@@ -328,8 +218,8 @@ int run_bench(const BenchArgs& given) {
   }
   if (setup.devices[0].is_cuda()) {
     FANOUT_CHECK(a.precision != "bf16" && a.grad_comm == "fp32",
-                 "bf16 runs on CPU devices for now; on CUDA devices it arrives with the CUDA "
-                 "backend issue (use --precision fp32)");
+                 "bf16 (--precision bf16, --grad-comm bf16) is not supported on CUDA devices: "
+                 "use --precision fp32 --grad-comm fp32, or CPU devices for bf16");
     a.precision = "fp32";  // the default "both" measures what CUDA devices run
   }
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
@@ -339,18 +229,11 @@ int run_bench(const BenchArgs& given) {
   FANOUT_CHECK(a.seq_len <= setup.config.max_position_embeddings, "--seq-len ", a.seq_len,
                " exceeds max_position_embeddings ", setup.config.max_position_embeddings);
   std::vector<presentation::BenchMode> modes = presentation::bench_modes_parse(a.modes);
-  // Before anything runs: the one-device baseline (the whole batch on devices[0]),
-  // and every mode that gathers the logits onto the output device.
+  // Before anything runs: the one-device baseline (the whole batch on devices[0]).
   train::memory_check_fits(setup.config, {setup.devices[0]},
                            {a.batch_size, a.batch_size, a.seq_len, false, true});
   const int64_t share =
       train::memory_largest_share(a.batch_size, static_cast<int64_t>(setup.devices.size()));
-  for (const presentation::BenchMode& m : modes) {
-    if (m.loss_on == parallel::LossOn::output) {
-      train::memory_check_fits(setup.config, setup.devices,
-                               {a.batch_size, share, a.seq_len, true, true});
-    }
-  }
 
   std::printf(
       "fanout bench: %lld parameters, global batch %lld x %lld, %d steps after %d "
@@ -364,42 +247,69 @@ int run_bench(const BenchArgs& given) {
   std::printf("%-24s %10s %8s %8s  %7s %7s %7s %7s %7s %8s %7s %7s  %9s %9s  %s\n", "mode",
               "tokens/s", "speed-up", "step ms", "scatter", "replic.", "forward", "gather", "loss",
               "backward", "reduce", "optim.", "sent/step", "sums/step", "peak bytes per device");
+  std::fflush(stdout);
   // One device, whole batch, fp32: the baseline every speed-up is measured against.
   presentation::BenchSetup one = setup;
   one.devices = {setup.devices[0]};
-  presentation::BenchResult base =
-      presentation::bench_mode(one, presentation::bench_modes_parse("dp")[0]);
-  base.mode = "1 device (" + setup.devices[0].str() + ")";
+  const std::string base_label = "1 device (" + setup.devices[0].str() + ")";
+  presentation::BenchResult base = run_row(base_label, "fp32", [&] {
+    presentation::BenchResult r =
+        presentation::bench_mode(one, presentation::bench_modes_parse("dp")[0]);
+    r.mode = base_label;
+    return r;
+  });
   print_row(base, base.tokens_per_s);
   std::vector<presentation::BenchResult> results;
   const std::vector<std::string> precisions = precisions_of(a);
+  const std::string fanout = self_binary();
   for (const std::string& precision : precisions) {
     presentation::BenchSetup ps = setup;
     ps.working = precision == "bf16" ? DType::bf16 : DType::f32;
     for (size_t i = 0; i < modes.size(); ++i) {
+      const presentation::BenchMode& m = modes[i];
       bool last = precision == precisions.back() && i + 1 == modes.size();
       if (!a.trace.empty() && last) Trace::global().set_enabled(true);
-      results.push_back(modes[i].name == "ddp" ? bench_ddp(a, setup.devices, precision)
-                                               : presentation::bench_mode(ps, modes[i]));
+      const std::string label =
+          m.name == "ddp" ? presentation::bench_ddp_label(setup.devices) : m.name;
+      results.push_back(run_row(label, precision, [&] {
+        if (m.name == "ddp")
+          return presentation::bench_ddp_run(fanout, setup.devices, worker_flags(a, precision));
+        if (m.loss_on == parallel::LossOn::output) {  // the batch's logits on one device
+          train::memory_check_fits(setup.config, setup.devices,
+                                   {a.batch_size, share, a.seq_len, true, true});
+        }
+        return presentation::bench_mode(ps, m);
+      }));
       print_row(results.back(), base.tokens_per_s);
+      std::fflush(stdout);
     }
   }
-  std::vector<PeerResult> peers;
+  std::vector<presentation::PeerRow> peers;
   if (a.peers) peers = run_peers(a, setup.devices);
   for (const auto& p : peers) {
-    std::printf("%-24s %10.0f %7.2fx   %s\n", "PyTorch peer", p.tokens_per_s,
-                p.tokens_per_s / base.tokens_per_s, p.label.c_str());
+    if (p.status == "ok") {
+      std::printf("%-24s %10.0f %8s   %s\n", "PyTorch peer", p.tokens_per_s,
+                  speedup_str(p.tokens_per_s, base.tokens_per_s).c_str(), p.label.c_str());
+    } else {
+      std::printf("%-24s %10s  %s: %s\n", "PyTorch peer", p.status.c_str(), p.label.c_str(),
+                  p.reason.c_str());
+    }
   }
+  // What ran, for the summaries, the memory table and the picture.
+  std::vector<presentation::BenchResult> ran;
+  for (const auto& r : results)
+    if (r.failed.empty()) ran.push_back(r);
   // The ratios the comparison is about, each from this one run.
   auto best_of = [&](const std::string& precision) {
     const presentation::BenchResult* best = nullptr;
-    for (const auto& r : results)
+    for (const auto& r : ran)
       if (r.precision == precision && (!best || r.tokens_per_s > best->tokens_per_s)) best = &r;
     return best;
   };
-  auto peer_of = [&](const std::string& precision) -> const PeerResult* {
+  auto peer_of = [&](const std::string& precision) -> const presentation::PeerRow* {
     for (const auto& p : peers)
-      if (p.precision == precision && p.label.rfind("PyTorch DDP", 0) == 0) return &p;
+      if (p.status == "ok" && p.precision == precision && p.label.rfind("PyTorch DDP", 0) == 0)
+        return &p;
     return nullptr;
   };
   for (const std::string& precision : precisions) {
@@ -407,7 +317,7 @@ int run_bench(const BenchArgs& given) {
     if (!best) continue;
     std::printf("fanout %s best: %s, %.0f tokens/s", precision.c_str(), best->mode.c_str(),
                 best->tokens_per_s);
-    if (const PeerResult* p = peer_of(precision))
+    if (const presentation::PeerRow* p = peer_of(precision))
       std::printf(" = %.2fx PyTorch DDP %s", best->tokens_per_s / p->tokens_per_s,
                   precision == "bf16" ? "bf16 autocast" : "fp32");
     const presentation::BenchResult* f32 = best_of("fp32");
@@ -415,8 +325,9 @@ int run_bench(const BenchArgs& given) {
       std::printf(" = %.2fx fanout fp32 best", best->tokens_per_s / f32->tokens_per_s);
     std::printf("\n");
   }
-  std::vector<presentation::BenchResult> memory_rows = {base};
-  memory_rows.insert(memory_rows.end(), results.begin(), results.end());
+  std::vector<presentation::BenchResult> memory_rows;
+  if (base.failed.empty()) memory_rows.push_back(base);
+  memory_rows.insert(memory_rows.end(), ran.begin(), ran.end());
   std::printf(
       "\npeak bytes per device in the timed steps, by kind (each kind's own peak; total: "
       "all kinds at once)\n%s",
@@ -427,16 +338,16 @@ int run_bench(const BenchArgs& given) {
     std::printf("trace of %s written to %s (open in ui.perfetto.dev)\n", modes.back().name.c_str(),
                 a.trace.c_str());
   }
+  // Speed-ups over the baseline; none where it failed.
+  const double base_tps = base.failed.empty() ? base.tokens_per_s : 0;
+  auto speedup = [&](double tps) { return base_tps > 0 ? tps / base_tps : 0.0; };
   if (!a.svg.empty()) {
     std::vector<presentation::SvgRow> rows;
-    auto add = [&](const presentation::BenchResult& r) {
-      std::string label = r.mode + (r.precision == "bf16" ? " bf16" : "");
-      rows.push_back({label, r.tokens_per_s, r.tokens_per_s / base.tokens_per_s, true, r.phases});
-    };
-    add(base);
-    for (const auto& r : results) add(r);
+    for (const auto& r : memory_rows)
+      rows.push_back({row_label(r), r.tokens_per_s, speedup(r.tokens_per_s), true, r.phases});
     for (const auto& p : peers) {
-      rows.push_back({p.label, p.tokens_per_s, p.tokens_per_s / base.tokens_per_s, false, {}});
+      if (p.status == "ok")
+        rows.push_back({p.label, p.tokens_per_s, speedup(p.tokens_per_s), false, {}});
     }
     char subtitle[256];
     std::snprintf(subtitle, sizeof subtitle, "%.2fM parameters, global batch %lld x %lld, %s",
@@ -449,35 +360,17 @@ int run_bench(const BenchArgs& given) {
   }
   if (!a.json.empty()) {
     nlohmann::json rows = nlohmann::json::array();
-    auto row = [&](const presentation::BenchResult& r) {
-      nlohmann::json peaks = nlohmann::json::object(), by_kind = nlohmann::json::array();
-      for (const auto& p : r.peaks) peaks[p.device] = p.peak_bytes;
-      for (const auto& p : r.peaks) by_kind.push_back(presentation::device_peak_json(p));
-      const presentation::BenchResult* mem_base =
-          presentation::bench_memory_baseline(results, r.precision);
-      return nlohmann::json{
-          {"mode", r.mode},
-          {"devices", r.devices},
-          {"precision", r.precision},
-          {"grad_comm", r.grad_comm},
-          {"comm_bytes_per_step", {{"replicate", r.comm.replicate}, {"reduce", r.comm.reduce}}},
-          {"tokens_per_s", r.tokens_per_s},
-          {"speedup", r.tokens_per_s / base.tokens_per_s},
-          {"step_s", r.step_s},
-          {"phases_s", phases_json(r.phases)},
-          {"peak_bytes", peaks},
-          {"peak_bytes_by_kind", by_kind},
-          // largest device total / dp's primary total in this precision
-          {"memory_vs_dp", mem_base ? nlohmann::json(presentation::bench_memory_ratio(r, *mem_base))
-                                    : nlohmann::json()}};
-    };
-    rows.push_back(row(base));
-    for (const auto& r : results) rows.push_back(row(r));
+    rows.push_back(presentation::bench_row_json(base, base_tps, ran));
+    for (const auto& r : results) rows.push_back(presentation::bench_row_json(r, base_tps, ran));
     for (const auto& p : peers) {
-      rows.push_back({{"mode", p.label},
-                      {"peer", true},
-                      {"precision", p.precision},
-                      {"tokens_per_s", p.tokens_per_s}});
+      nlohmann::json j = {
+          {"mode", p.label}, {"peer", true}, {"precision", p.precision}, {"status", p.status}};
+      if (p.status == "ok") {
+        j["tokens_per_s"] = p.tokens_per_s;
+      } else {
+        j["reason"] = p.reason;
+      }
+      rows.push_back(j);
     }
     nlohmann::json doc = {{"parameters", setup.config.num_parameters()},
                           {"batch_size", a.batch_size},
@@ -488,7 +381,22 @@ int run_bench(const BenchArgs& given) {
     file_write_atomic(a.json, doc.dump(2) + "\n", "--json");
     std::printf("figures written to %s\n", a.json.c_str());
   }
-  return 0;
+  // A failed fanout row fails the bench (after every other row ran and was written);
+  // a skipped or failed PyTorch peer does not.
+  std::string failed;
+  int n_failed = 0;
+  auto note = [&](const presentation::BenchResult& r) {
+    if (r.failed.empty()) return;
+    failed += (failed.empty() ? "" : ", ") + row_label(r);
+    ++n_failed;
+  };
+  note(base);
+  for (const auto& r : results) note(r);
+  if (failed.empty()) return 0;
+  std::fflush(stdout);
+  std::fprintf(stderr, "fanout: error: %d of %zu rows failed (%s); each row above says why\n",
+               n_failed, results.size() + 1, failed.c_str());
+  return 1;
 }
 
 int run_bench_ops(const BenchArgs& a) {
@@ -570,8 +478,10 @@ Command add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag(
       "--peers", a->peers,
-      "Also run PyTorch DDP on the same config and batch, in each --precision (bf16: under "
-      "torch.autocast) (tests/reference/peer_bench.py)");
+      "Also run PyTorch on the same config and batch (tests/reference/peer_bench.py): eager "
+      "and torch.compile on the first device, DDP with one process per device and, on GPUs, "
+      "nn.DataParallel, in each --precision (bf16: under torch.autocast); a peer that cannot "
+      "run on these devices or this PyTorch is skipped with the reason");
   cmd->add_option("--svg", a->svg, "Draw throughput and the step-time breakdown as an SVG");
   cmd->add_option("--trace", a->trace, "Write a Chrome/Perfetto trace of the last mode's steps");
   auto* ops = cmd->add_subcommand("ops", "GFLOP/s of the CPU matmul and attention kernels");

@@ -260,6 +260,39 @@ std::string bench_memory_table(const std::vector<BenchResult>& rows) {
   return out;
 }
 
+nlohmann::json bench_phases_json(const parallel::PhaseTimes& p) {
+  return {{"scatter", p.scatter}, {"replicate", p.replicate}, {"forward", p.forward},
+          {"gather", p.gather},   {"loss", p.loss},           {"backward", p.backward},
+          {"reduce", p.reduce},   {"optimizer", p.optimizer}};
+}
+
+nlohmann::json bench_row_json(const BenchResult& r, double base_tps,
+                              const std::vector<BenchResult>& ran) {
+  if (!r.failed.empty()) {
+    return {
+        {"mode", r.mode}, {"precision", r.precision}, {"status", "failed"}, {"reason", r.failed}};
+  }
+  nlohmann::json peaks = nlohmann::json::object(), by_kind = nlohmann::json::array();
+  for (const auto& p : r.peaks) peaks[p.device] = p.peak_bytes;
+  for (const auto& p : r.peaks) by_kind.push_back(device_peak_json(p));
+  const BenchResult* mem_base = bench_memory_baseline(ran, r.precision);
+  return {{"mode", r.mode},
+          {"status", "ok"},
+          {"devices", r.devices},
+          {"precision", r.precision},
+          {"grad_comm", r.grad_comm},
+          {"comm_bytes_per_step", {{"replicate", r.comm.replicate}, {"reduce", r.comm.reduce}}},
+          {"tokens_per_s", r.tokens_per_s},
+          {"speedup", base_tps > 0 ? nlohmann::json(r.tokens_per_s / base_tps) : nlohmann::json()},
+          {"step_s", r.step_s},
+          {"phases_s", bench_phases_json(r.phases)},
+          {"peak_bytes", peaks},
+          {"peak_bytes_by_kind", by_kind},
+          // largest device total / dp's primary total in this precision
+          {"memory_vs_dp",
+           mem_base ? nlohmann::json(bench_memory_ratio(r, *mem_base)) : nlohmann::json()}};
+}
+
 std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& c, Device device, int64_t batch,
                                   int64_t seq_len, int repeats, DType dtype) {
   FANOUT_CHECK(batch > 0 && seq_len > 0 && repeats > 0, "sizes must be positive");

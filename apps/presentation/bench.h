@@ -59,6 +59,9 @@ struct BenchResult {
   parallel::PhaseTimes phases;  // mean seconds per step
   parallel::CommBytes comm;     // mean bytes per step, from the engine's counters
   std::vector<DevicePeak> peaks;
+  // Why the mode did not run to the end ("" when it did): `fanout bench` prints
+  // the reason in its row and goes on with the other modes.
+  std::string failed;
 };
 
 struct BenchSetup {
@@ -92,6 +95,16 @@ double bench_memory_ratio(const BenchResult& r, const BenchResult& base);
 // the total; on the row of a result's largest device, the ratio to the baseline
 // of its precision ("-" where there is none); then a line naming the baselines.
 std::string bench_memory_table(const std::vector<BenchResult>& rows);
+
+// --- JSON -----------------------------------------------------------------------
+
+// {"scatter": seconds, "replicate": ..., "optimizer": ...}
+nlohmann::json bench_phases_json(const parallel::PhaseTimes& p);
+// One row of `fanout bench --json`: "status": "ok" with the figures (the speed-up
+// over `base_tps`, null when that is 0; memory_vs_dp against dp in the row's
+// precision among `ran`, the rows that ran), or "status": "failed" with "reason".
+nlohmann::json bench_row_json(const BenchResult& r, double base_tps,
+                              const std::vector<BenchResult>& ran);
 
 struct OpBenchRow {
   std::string op, shape;

@@ -86,6 +86,11 @@ std::vector<Device> devices_parse(std::string_view list) {
   bool any_bare = std::any_of(out.begin(), out.end(), [](const Device& d) { return d.is_bare(); });
   FANOUT_CHECK(!(any_bare && out.size() > 1), "bad device list '", std::string(list),
                "': a bare kind (cpu or cuda) must stand alone");
+  // One process drives one kind: copies between a CPU and a CUDA replica are not supported.
+  bool mixed =
+      std::any_of(out.begin(), out.end(), [&](const Device& d) { return d.kind != out[0].kind; });
+  FANOUT_CHECK(!mixed, "bad device list '", std::string(list),
+               "': all devices must be of one kind (cpu or cuda)");
   return out;
 }
 

@@ -34,7 +34,8 @@ inline Device cuda_device(int index) {
 Device device_parse(std::string_view text);
 
 // A comma list of devices, or "auto" (every visible GPU, else cpu:0).
-// Duplicates are allowed (two replicas on one device). Empty entries are errors.
+// Duplicates are allowed (two replicas on one device). Empty entries and lists
+// mixing kinds (cuda:0,cpu:0) are errors.
 std::vector<Device> devices_parse(std::string_view list);
 
 // Throws fanout::Error for the first device that does not exist on this machine,

@@ -12,6 +12,9 @@ Modes:
   dp      nn.DataParallel over N CUDA devices, loss on the gathered logits on device 0
           (the faithful form; fanout's "dp" mode).
 
+--compile wraps the model (single) or the DDP module (ddp) in torch.compile (PyTorch >= 2;
+not with dp).
+
 Every mode: AdamW(lr, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on >= 2-D tensors only),
 clip_grad_norm_(1.0), synthetic random tokens (fixed seed, the same every step).
 
@@ -38,8 +41,9 @@ The last line on stdout is one JSON object:
   {"peer": "pytorch", "torch", "mode", "backend", "nproc", "device", "precision", "batch_size",
    "seq_len", "steps", "tokens_per_s", "step_s", "threads_per_process", "final_loss", ...}
 (backend is "none" for single and dp; nproc is 1 for single). Errors in the arguments or the
-environment (bad config, nccl without GPUs, dp on CPU, bf16 on a GPU without bf16, ...): one
-line on stderr, exit 2.
+environment (bad config, nccl without GPUs, dp on CPU, bf16 on a GPU without bf16, --compile
+on a PyTorch without torch.compile, ...): one line on stderr, exit 2; `fanout bench --peers`
+skips that peer with this line.
 A failed worker: exit 1, the other workers are terminated. Ctrl-C / SIGTERM: workers are
 terminated, exit 130 / 143. Workers also die with the launcher (PR_SET_PDEATHSIG).
 """

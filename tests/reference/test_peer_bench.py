@@ -265,6 +265,28 @@ def test_usage_errors_exit_2_with_one_line():
             assert p.stdout == "", (extra, p.stdout)
 
 
+def test_compile_runs_or_exits_2_naming_the_torch_without_it():
+    # fanout bench --peers skips its torch.compile row with this line on torch < 2.
+    import torch
+    for mode in (["--mode", "single"], ["--mode", "ddp", "--nproc", "2"]):
+        p = run(SMALL + mode + ["--compile"])
+        if hasattr(torch, "compile"):
+            res = last_json(p)
+            assert res["compile"] is True and res["mode"] == mode[1], res
+            continue
+        assert p.returncode == 2, (mode, p.returncode, p.stderr)
+        want = f"peer_bench: error: --compile needs PyTorch >= 2.0 (this is {torch.__version__})"
+        assert p.stderr.strip().splitlines() == [want], (mode, p.stderr)
+        assert p.stdout == "", (mode, p.stdout)
+    # nn.DataParallel is never compiled: refused before torch is asked anything.
+    p = run(SMALL + ["--mode", "dp", "--nproc", "2", "--device", "cuda", "--compile"])
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.strip().splitlines() == [
+        "peer_bench: error: --compile is not supported with --mode dp"], p.stderr
+    if "single" in results:   # without --compile the JSON says so too
+        assert results["single"]["compile"] is False, results["single"]
+
+
 def test_failed_worker_stops_the_others():
     marker = uuid.uuid4().hex
     p = long_ddp(marker)

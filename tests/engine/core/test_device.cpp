@@ -46,6 +46,18 @@ TEST_CASE("devices_parse handles lists and duplicates and rejects empty entries"
   CHECK_THROWS_WITH_AS(devices_parse("cpu:0,gpu:1"), doctest::Contains("'gpu:1'"), Error);
 }
 
+TEST_CASE("devices_parse refuses a list that mixes cpu and cuda devices in one line") {
+  for (std::string mixed :
+       {"cuda:0,cpu:0", "cpu:0,cuda:0", "cpu:0,cpu:1,cuda:1", "cpu:3, cuda:3"}) {
+    CAPTURE(mixed);
+    const std::string want =
+        "bad device list '" + mixed + "': all devices must be of one kind (cpu or cuda)";
+    CHECK_THROWS_WITH_AS(devices_parse(mixed), want.c_str(), Error);
+  }
+  // One kind is fine, whether or not the devices exist (devices_check_available's job).
+  CHECK(devices_parse("cuda:1,cuda:0").size() == 2);
+}
+
 TEST_CASE("auto means every GPU or else cpu:0") {
   auto d = devices_parse("auto");
   if (cuda_device_count() == 0) {
@@ -61,7 +73,7 @@ TEST_CASE("devices_check_available names the missing cuda device") {
   CHECK_NOTHROW(devices_check_available(devices_parse("cpu:0,cpu:5")));
   int n = cuda_device_count();
   std::string missing = "cuda:" + std::to_string(n);
-  CHECK_THROWS_WITH_AS(devices_check_available(devices_parse("cpu:0," + missing)),
+  CHECK_THROWS_WITH_AS(devices_check_available({cpu_device(0), cuda_device(n)}),
                        doctest::Contains((missing + " is not available").c_str()), Error);
 }
 
