@@ -47,7 +47,8 @@ void attention_forward(Stream& stream, const Tensor& out, const Tensor& lse, con
       return;
     case DeviceKind::cuda:
 #ifdef FANOUT_HAS_CUDA
-      FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+      FANOUT_CHECK(X == DType::f32, op,
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
       cuda::attention_forward_f32(stream.cuda_handle(), out.data<float>(), lse.data<float>(),
                                   q.data<float>(), k.data<float>(), v.data<float>(), B, Tq, Tk, H,
                                   KV, D);
@@ -95,7 +96,7 @@ void attention_backward(Stream& stream, const Tensor& dq, const Tensor& dk, cons
     case DeviceKind::cuda:
 #ifdef FANOUT_HAS_CUDA
       FANOUT_CHECK(X == DType::f32 && G == DType::f32, op,
-                   ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
       cuda::attention_backward_f32(stream.cuda_handle(), dq.data<float>(), dk.data<float>(),
                                    dv.data<float>(), dout.data<float>(), q.data<float>(),
                                    k.data<float>(), v.data<float>(), out.data<float>(),

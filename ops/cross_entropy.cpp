@@ -61,7 +61,7 @@ void cross_entropy_backward(Stream& stream, const Tensor& dlogits, const Tensor&
       return;
     case DeviceKind::cuda:
       FANOUT_CHECK(d_t == DType::f32, op,
-                   ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
       cuda::cross_entropy_backward_f32(stream.cuda_handle(), dlogits.data<float>(),
                                        logits.data<float>(), targets.data<int32_t>(), N, V,

@@ -28,7 +28,7 @@ void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, con
       return;
     case DeviceKind::cuda:
       FANOUT_CHECK(table_t == DType::f32, op,
-                   ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
       cuda::embedding_forward_f32(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
                                   table.data<float>(), N, C, V);

@@ -49,7 +49,7 @@ void matmul_forward(Stream& stream, const Tensor& out, const Tensor& inp, const 
     case DeviceKind::cuda:
 #ifdef FANOUT_HAS_CUDA
       FANOUT_CHECK(X == DType::f32 && Y == DType::f32, op,
-                   ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
       cuda::matmul_forward_f32(stream.cuda_handle(), out.data<float>(), inp.data<float>(),
                                weight.data<float>(), N, C, OC);
       return;
@@ -86,7 +86,8 @@ void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, 
       return;
     case DeviceKind::cuda:
 #ifdef FANOUT_HAS_CUDA
-      FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+      FANOUT_CHECK(X == DType::f32, op,
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
       cuda::matmul_backward_f32(stream.cuda_handle(), dinp.defined() ? dinp.data<float>() : nullptr,
                                 dweight.defined() ? dweight.data<float>() : nullptr,
                                 dout.data<float>(), inp.data<float>(), weight.data<float>(), N, C,
@@ -127,7 +128,8 @@ void matmul_backward_weight_rows(Stream& stream, const Tensor& dweight_rows, con
       return;
     case DeviceKind::cuda:
 #ifdef FANOUT_HAS_CUDA
-      FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+      FANOUT_CHECK(X == DType::f32, op,
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
       cuda::matmul_backward_weight_rows_f32(stream.cuda_handle(), dweight_rows.data<float>(),
                                             dout.data<float>(), inp.data<float>(), N, C, OC, row0,
                                             rows);

@@ -32,7 +32,7 @@ void rmsnorm_forward(Stream& stream, const Tensor& out, const Tensor& rstd, cons
       return;
     case DeviceKind::cuda:
       FANOUT_CHECK(out_t == DType::f32 && w_t == DType::f32, op,
-                   ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
       cuda::rmsnorm_forward_f32(stream.cuda_handle(), out.data<float>(), rstd.data<float>(),
                                 inp.data<float>(), weight.data<float>(), N, C, eps);
@@ -66,7 +66,7 @@ void rmsnorm_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight,
       return;
     case DeviceKind::cuda:
       FANOUT_CHECK(w_t == DType::f32, op,
-                   ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
       cuda::rmsnorm_backward_f32(stream.cuda_handle(), dinp.data<float>(), dweight.data<float>(),
                                  dout.data<float>(), inp.data<float>(), weight.data<float>(),

@@ -27,7 +27,8 @@ void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t 
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+      FANOUT_CHECK(X == DType::f32, op,
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
       cuda::rope_forward_f32(stream.cuda_handle(), out.data<float>(), inp.data<float>(), B, T, H, D,
                              freq, pos_offset);
@@ -57,7 +58,8 @@ void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+      FANOUT_CHECK(X == DType::f32, op,
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
       cuda::rope_backward_f32(stream.cuda_handle(), dinp.data<float>(), dout.data<float>(), B, T, H,
                               D, freq, pos_offset);

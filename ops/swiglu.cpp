@@ -26,7 +26,8 @@ void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(X == DType::f32, op, ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+      FANOUT_CHECK(X == DType::f32, op,
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
       cuda::swiglu_forward_f32(stream.cuda_handle(), out.data<float>(), gate.data<float>(),
                                up.data<float>(), n);
@@ -62,7 +63,7 @@ void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, con
       return;
     case DeviceKind::cuda:
       FANOUT_CHECK(X == DType::f32 && G == DType::f32, op,
-                   ": bf16 on CUDA devices arrives with the CUDA issue [3/6]");
+                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
       cuda::swiglu_backward_f32(stream.cuda_handle(), dgate.data<float>(), dup.data<float>(),
                                 dout.data<float>(), gate.data<float>(), up.data<float>(), n);

@@ -140,9 +140,8 @@ std::vector<WalkthroughPrecisionRun> PrecisionSection::run(int index) {
   out_ << "\n" << heading(strf("%d. precision: what bf16 changes", index)) << "\n";
   for (const Device& d : o_.devices) {
     if (d.is_cpu()) continue;
-    more("--precision bf16 runs on CPU devices for now; on " + d.str() +
-         " it arrives with the CUDA backend issue. `fanout walkthrough --devices cpu:0,cpu:1` "
-         "shows this section");
+    more("--precision bf16 runs on CPU devices only, and " + d.str() +
+         " is a CUDA device. `fanout walkthrough --devices cpu:0,cpu:1` shows this section");
     return {};
   }
   more(strf(

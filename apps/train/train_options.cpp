@@ -176,8 +176,8 @@ DType precision_dtype(const std::string& precision, const std::vector<Device>& d
                precision, "'");
   if (precision == "fp32") return DType::f32;
   for (const Device& d : devices) {
-    FANOUT_CHECK(!d.is_cuda(), flag, " bf16 runs on CPU devices for now; on ", d.str(),
-                 " it arrives with the CUDA backend issue (use fp32)");
+    FANOUT_CHECK(!d.is_cuda(), flag, " bf16 runs on CPU devices only; CUDA devices (", d.str(),
+                 ") train in fp32: use ", flag, " fp32");
   }
   return DType::bf16;
 }

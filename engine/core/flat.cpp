@@ -46,7 +46,8 @@ void flat_add(Stream& stream, const Tensor& dst, const Tensor& src) {
   FANOUT_ASSERT(dst.device() == src.device(), "flat_add across devices: copy first");
   int64_t n = dst.numel();
   if (src.dtype() == DType::bf16) {
-    FANOUT_CHECK(dst.device().is_cpu(), "bf16 sums on CUDA devices arrive with the CUDA issue");
+    FANOUT_CHECK(dst.device().is_cpu(),
+                 "bf16 gradient sums are not supported on CUDA devices yet (use --grad-comm fp32)");
     stream.enqueue([dst, src, n] {
       float* d = dst.data<float>();
       const uint16_t* s = src.data<uint16_t>();
@@ -74,7 +75,8 @@ void flat_round_bf16(Stream& stream, const Tensor& dst, const Tensor& src) {
   FANOUT_ASSERT(
       dst.dtype() == DType::bf16 && dst.numel() == src.numel() && dst.device() == src.device(),
       "flat_round_bf16 ", src.str(), " into ", dst.str());
-  FANOUT_CHECK(dst.device().is_cpu(), "bf16 rounding on CUDA devices arrives with the CUDA issue");
+  FANOUT_CHECK(dst.device().is_cpu(),
+               "bf16 gradient sums are not supported on CUDA devices yet (use --grad-comm fp32)");
   int64_t n = dst.numel();
   stream.enqueue([dst, src, n] {
     uint16_t* d = dst.data<uint16_t>();

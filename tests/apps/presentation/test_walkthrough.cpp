@@ -460,6 +460,6 @@ TEST_CASE("the precision section runs nothing on CUDA devices and says how to se
   auto runs = walk::walkthrough_precision(o, none, 5, text);
   CHECK(runs.empty());
   CHECK(has(text.str(), "5. precision: what bf16 changes"));
-  CHECK(has(text.str(), "on cuda:0 it arrives with the CUDA backend issue"));
+  CHECK(has(text.str(), "runs on CPU devices only, and cuda:0 is a CUDA device"));
   CHECK(has(text.str(), "--devices cpu:0,cpu:1"));
 }
