@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "tests/paths_util.h"
 
 namespace fanout::test {
 
@@ -25,8 +26,8 @@ void init_scaled(models::LlamaModel& m, uint64_t seed, float scale) {
 std::string run_reference_script(const std::string& script, const std::string& args,
                                  const std::string& dir) {
   std::string log = dir + "/ref.log";
-  std::string cmd = "/usr/bin/python3 " + std::string(FANOUT_SOURCE_DIR) + "/tests/reference/" +
-                    script + " " + args + " >" + log + " 2>&1";
+  std::string cmd =
+      reference_python() + " " + reference_script(script) + " " + args + " >" + log + " 2>&1";
   int rc = std::system(cmd.c_str());
   std::ifstream in(log);
   std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

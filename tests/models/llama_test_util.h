@@ -14,8 +14,9 @@ namespace fanout::test {
 // attention depends strongly on the positions.
 void init_scaled(models::LlamaModel& m, uint64_t seed, float scale);
 
-// Runs tests/reference/<script> <args> with /usr/bin/python3, its output going to
-// <dir>/ref.log; REQUIREs success and returns that output.
+// Runs tests/reference/<script> <args> with /usr/bin/python3 (FANOUT_REFERENCE_DIR and
+// FANOUT_PYTHON override both: tests/paths_util.h), its output going to <dir>/ref.log;
+// REQUIREs success and returns that output.
 std::string run_reference_script(const std::string& script, const std::string& args,
                                  const std::string& dir);
 

@@ -18,6 +18,7 @@
 #include "models/llama_checkpoint.h"
 #include "models/safetensors_index.h"
 #include "tests/apps/fanout/cli_runner.h"
+#include "tests/paths_util.h"
 
 using namespace fanout;
 using namespace fanout::models;
@@ -117,10 +118,10 @@ TEST_CASE("the PyTorch reference reads the sharded folder to the same loss as fa
   for (int64_t i = 0; i < B * T; ++i) tg[i] = static_cast<int32_t>((i * 53 + 11) % 259);
   safetensors_write(dir + "/batch.safetensors", {{"input_ids", DType::i32, {B, T}, ids.data()},
                                                  {"targets", DType::i32, {B, T}, tg.data()}});
-  const std::string cmd = "/usr/bin/python3 " + std::string(FANOUT_SOURCE_DIR) +
-                          "/tests/reference/llama_ref.py forward --checkpoint " + dir +
-                          "/ckpt --batch " + dir + "/batch.safetensors --out " + dir +
-                          "/out.safetensors >" + dir + "/ref.log 2>&1";
+  const std::string cmd = test::reference_python() + " " + test::reference_script("llama_ref.py") +
+                          " forward --checkpoint " + dir + "/ckpt --batch " + dir +
+                          "/batch.safetensors --out " + dir + "/out.safetensors >" + dir +
+                          "/ref.log 2>&1";
   REQUIRE(std::system(cmd.c_str()) == 0);
   SafetensorsFile ref = SafetensorsFile::open(dir + "/out.safetensors");
   float ref_loss = 0;

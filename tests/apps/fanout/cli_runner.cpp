@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/paths_util.h"
+
 namespace fanout::test {
 
 namespace {
@@ -33,7 +35,7 @@ int CliResult::err_lines() const {
 
 CliResult run_fanout(const std::vector<std::string>& args, const std::string& env) {
   std::string dir = make_temp_dir("fanout-cli");
-  std::string cmd = env + (env.empty() ? "" : " ") + shell_quote(FANOUT_BINARY);
+  std::string cmd = env + (env.empty() ? "" : " ") + shell_quote(fanout_binary());
   for (const std::string& a : args) cmd += " " + shell_quote(a);
   cmd += " </dev/null >" + dir + "/out 2>" + dir + "/err";
   int status = std::system(cmd.c_str());

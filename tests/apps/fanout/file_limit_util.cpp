@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/paths_util.h"
+
 namespace fanout::test {
 
 CliResult run_fanout_file_limited(const std::vector<std::string>& args, bool ignore_xfsz) {
@@ -18,7 +20,7 @@ CliResult run_fanout_file_limited(const std::vector<std::string>& args, bool ign
   };
   std::string cmd = ignore_xfsz ? "trap '' XFSZ; " : "";
   // dash counts -f in 512-byte blocks.
-  cmd += "ulimit -f 1; exec " + quote(FANOUT_BINARY);
+  cmd += "ulimit -f 1; exec " + quote(fanout_binary());
   for (const std::string& a : args) cmd += " " + quote(a);
   cmd += " </dev/null >/dev/null 2>" + dir / "err";
   const int status = std::system(cmd.c_str());  // exec: a signal death shows as such

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "tests/apps/fanout/cli_runner.h"
+#include "tests/paths_util.h"
 
 extern char** environ;
 
@@ -60,15 +61,16 @@ LimitedRun run_fanout_limited(const std::vector<std::string>& args, double timeo
   posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> argv_s = {FANOUT_BINARY};
+  const std::string binary = fanout_binary();
+  std::vector<std::string> argv_s = {binary};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& s : argv_s) argv.push_back(s.data());
   argv.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, FANOUT_BINARY, &files, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, binary.c_str(), &files, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&files);
-  if (rc != 0) throw std::runtime_error("cannot start " FANOUT_BINARY);
+  if (rc != 0) throw std::runtime_error("cannot start " + binary);
 
   LimitedRun r;
   const auto start = std::chrono::steady_clock::now();

@@ -17,6 +17,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tests/paths_util.h"
+
 extern char** environ;
 
 namespace fanout::test::ddp {
@@ -74,7 +76,7 @@ FanoutProcess::FanoutProcess(const std::vector<std::string>& args,
   std::vector<char*> envp, argv;
   for (std::string& s : envs) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::string binary = FANOUT_BINARY;
+  std::string binary = fanout_binary();
   std::vector<std::string> argv_s = args;
   argv.push_back(binary.data());
   for (std::string& s : argv_s) argv.push_back(s.data());

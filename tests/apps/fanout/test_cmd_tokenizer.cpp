@@ -16,6 +16,7 @@
 #include "engine/core/file_io.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/command_util.h"
+#include "tests/paths_util.h"
 
 using fanout::test::has;
 using fanout::test::run_fanout;
@@ -96,7 +97,7 @@ TEST_CASE("tokenizer train draws a bar on a terminal") {
   write_corpus(dir / "a.txt", 100000);
   const std::string log = dir / "pty.log";
   // In a subshell: shell() sends the command's own output to /dev/null.
-  std::string cmd = std::string("(timeout 60 script -qec \"") + FANOUT_BINARY +
+  std::string cmd = "(timeout 60 script -qec \"" + fanout::test::fanout_binary() +
                     " tokenizer train --data " + (dir / "a.txt") + " --vocab-size 400 --out " +
                     (dir / "t.json") + "\" /dev/null </dev/null > " + log + " 2>&1)";
   REQUIRE(fanout::test::shell(cmd) == 0);

@@ -14,6 +14,7 @@
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/command_util.h"
 #include "tests/apps/fanout/launch_util.h"
+#include "tests/paths_util.h"
 
 using namespace fanout;
 using namespace fanout::test;
@@ -183,9 +184,9 @@ TEST_CASE("torchrun's default static rendezvous and c10d both train as fanout la
     // --redirects and --tee to None and fails; 2 redirects (and tees) stderr
     // only, so the ranks' stdout reaches the log untouched.
     std::vector<std::string> args = {"/usr/bin/torchrun", "--nnodes", "1", "--nproc_per_node", "2"};
-    args =
-        concat(concat(args, c.rdzv), {"-r", "2", "-t", "2", "--log_dir",
-                                      run.dir / (c.name + "-logs"), "--no_python", FANOUT_BINARY});
+    args = concat(concat(args, c.rdzv),
+                  {"-r", "2", "-t", "2", "--log_dir", run.dir / (c.name + "-logs"), "--no_python",
+                   test::fanout_binary()});
     Command torchrun(concat(args, concat(run.train_args(out, kSteps), kDdp)), clean_env(),
                      run.dir / (c.name + ".log"));
     int rc = torchrun.wait(90);

@@ -14,6 +14,7 @@
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/command_util.h"
 #include "tests/apps/fanout/launch_util.h"
+#include "tests/paths_util.h"
 
 using namespace fanout;
 using namespace fanout::test;
@@ -100,7 +101,7 @@ TEST_CASE("two nodes in two network namespaces train as one process does") {
                                      "netns",
                                      "exec",
                                      netns,
-                                     FANOUT_BINARY,
+                                     test::fanout_binary(),
                                      "launch",
                                      "--nnodes",
                                      "2",

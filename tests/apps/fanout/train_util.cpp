@@ -14,6 +14,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tests/paths_util.h"
+
 extern char** environ;
 
 namespace fanout::test {
@@ -95,7 +97,8 @@ bool poll_until(const std::function<bool()>& done, double timeout_s) {
 // --- BackgroundTrain --------------------------------------------------------------
 
 BackgroundTrain::BackgroundTrain(const std::vector<std::string>& args) {
-  std::vector<std::string> argv_s = {FANOUT_BINARY, "train"};
+  const std::string binary = fanout_binary();
+  std::vector<std::string> argv_s = {binary, "train"};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& s : argv_s) argv.push_back(s.data());
@@ -119,7 +122,7 @@ BackgroundTrain::BackgroundTrain(const std::vector<std::string>& args) {
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  int rc = posix_spawn(&pid_, FANOUT_BINARY, &files, &attr, argv.data(), environ);
+  int rc = posix_spawn(&pid_, binary.c_str(), &files, &attr, argv.data(), environ);
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&files);
   if (rc != 0) throw std::runtime_error("posix_spawn of fanout failed");
@@ -156,8 +159,8 @@ std::string BackgroundTrain::err() const {
 
 int reference_run(const std::string& args, const std::string& work_dir, std::string& log) {
   std::string log_path = work_dir + "/reference.log";
-  std::string cmd = "/usr/bin/python3 " + std::string(FANOUT_SOURCE_DIR) +
-                    "/tests/reference/llama_ref.py " + args + " >" + log_path + " 2>&1";
+  std::string cmd = reference_python() + " " + reference_script("llama_ref.py") + " " + args +
+                    " >" + log_path + " 2>&1";
   int status = std::system(cmd.c_str());
   log = file_read(log_path);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -69,7 +69,8 @@ class BackgroundTrain {
   int code_ = -1;
 };
 
-// Runs `/usr/bin/python3 tests/reference/llama_ref.py ARGS`; returns its exit code and
+// Runs `/usr/bin/python3 tests/reference/llama_ref.py ARGS` (FANOUT_PYTHON and
+// FANOUT_REFERENCE_DIR override both: tests/paths_util.h); returns its exit code and
 // puts stdout and stderr together in `log`.
 int reference_run(const std::string& args, const std::string& work_dir, std::string& log);
 
