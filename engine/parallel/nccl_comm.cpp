@@ -78,6 +78,18 @@ ncclUniqueId nccl_unique_id_share(Rendezvous& rendezvous, const std::string& key
   return id;
 }
 
+std::unique_ptr<NcclComms> nccl_comms_for_rank(Rendezvous& rendezvous, int device, double timeout_s,
+                                               const std::string& key) {
+  NcclCommsOptions o;
+  o.devices = {device};
+  o.ranks = {rendezvous.rank()};
+  o.world = rendezvous.world();
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  o.who = detail::str_cat("rank ", rendezvous.rank());
+  o.why = [&rendezvous] { return rendezvous.describe_failure(); };
+  return std::make_unique<NcclComms>(nccl_unique_id_share(rendezvous, key), std::move(o));
+}
+
 // --- failures -----------------------------------------------------------------
 
 // The first failure aborts the communicators and becomes the message of every later call.

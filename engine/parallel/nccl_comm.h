@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <functional>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -102,5 +103,11 @@ class NcclComms {
   std::condition_variable wake_;
   std::thread watchdog_;
 };
+
+// This process's rank of the rendezvous's world on cuda:`device`, the unique id
+// shared under `key`; failures name the rank and what the rendezvous knows of the
+// others. `rendezvous` must outlive the communicator.
+std::unique_ptr<NcclComms> nccl_comms_for_rank(Rendezvous& rendezvous, int device, double timeout_s,
+                                               const std::string& key);
 
 }  // namespace fanout::parallel

@@ -25,16 +25,8 @@ namespace {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(Rendezvous& r, Device device, double timeout_s, const std::string& name)
-      : Communicator(r.rank(), r.world(), device), rendezvous_(r) {
-    NcclCommsOptions o;
-    o.devices = {device.index};
-    o.ranks = {r.rank()};
-    o.world = r.world();
-    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-    o.who = detail::str_cat("rank ", r.rank());
-    o.why = [this] { return rendezvous_.describe_failure(); };
-    comms_ = std::make_unique<NcclComms>(nccl_unique_id_share(r, name + "/nccl-unique-id"),
-                                         std::move(o));
+      : Communicator(r.rank(), r.world(), device) {
+    comms_ = nccl_comms_for_rank(r, device.index, timeout_s, name + "/nccl-unique-id");
   }
   const char* backend() const override { return "nccl"; }
 
@@ -55,7 +47,6 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  Rendezvous& rendezvous_;
   std::unique_ptr<NcclComms> comms_;  // finalized before the base's stream goes
 };
 

@@ -67,14 +67,7 @@ class NcclGroup final : public ProcessGroup {
  public:
   NcclGroup(Rendezvous& r, Device device, double timeout_s)
       : ProcessGroup(r), device_(device), host_(device.index) {
-    NcclCommsOptions o;
-    o.devices = {device.index};
-    o.ranks = {r.rank()};
-    o.world = r.world();
-    o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-    o.who = detail::str_cat("rank ", r.rank());
-    o.why = [this] { return rendezvous_.describe_failure(); };
-    comms_ = std::make_unique<NcclComms>(nccl_unique_id_share(r, "nccl/unique-id"), std::move(o));
+    comms_ = nccl_comms_for_rank(r, device.index, timeout_s, "nccl/unique-id");
   }
   const char* name() const override { return "nccl"; }
   void set_sum_dtype(DType dtype) override {
