@@ -39,8 +39,8 @@ std::string bench_ddp_label(const std::vector<Device>& devices);
 
 // Runs the ddp row with the fanout binary at `fanout`. Throws fanout::Error when it
 // fails, with the first error a rank printed, or before starting any process when
-// a GPU is listed twice (NCCL puts one rank on each GPU) (the ranks' stderr is kept aside, and
-// passed on to this process's stderr when the row succeeds).
+// a GPU is listed twice (train::ddp_check_distinct_gpus). The ranks' stderr is kept
+// aside and passed on to this process's stderr when the row succeeds.
 BenchResult bench_ddp_run(const std::string& fanout, const std::vector<Device>& devices,
                           const std::vector<std::string>& worker_flags);
 
