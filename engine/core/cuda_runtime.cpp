@@ -193,6 +193,19 @@ void* cuda_event_create(int device) {
   FANOUT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   return e;
 }
+void* cuda_timing_event_create(int device) {
+  CudaDeviceGuard guard(device);
+  cudaEvent_t e = nullptr;
+  FANOUT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));
+  return e;
+}
+float cuda_event_elapsed_ms(void* start, void* end) {
+  float ms = 0;
+  FANOUT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(end)));
+  FANOUT_CUDA_CHECK(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return ms;
+}
 void cuda_event_destroy(void* event) noexcept {
   cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
@@ -332,6 +345,12 @@ void cuda_stream_synchronize(void*) {
   no_cuda();
 }
 void* cuda_event_create(int) {
+  no_cuda();
+}
+void* cuda_timing_event_create(int) {
+  no_cuda();
+}
+float cuda_event_elapsed_ms(void*, void*) {
   no_cuda();
 }
 void cuda_event_destroy(void*) noexcept {}

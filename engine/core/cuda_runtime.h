@@ -36,6 +36,10 @@ void cuda_event_record(void* event, void* stream);
 void cuda_stream_wait_event(void* stream, void* event);
 void cuda_event_synchronize(void* event);
 bool cuda_event_query(void* event);
+// An event that records a time (the others are made without, which is cheaper), and
+// the milliseconds between two recorded timing events once both have passed.
+void* cuda_timing_event_create(int device);
+float cuda_event_elapsed_ms(void* start, void* end);
 
 // Device memory from the device's own caching pool (its release threshold keeps
 // freed memory mapped for the next step), usable on any stream once returned;

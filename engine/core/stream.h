@@ -43,7 +43,8 @@ class Stream {
   // cudaStream_t of a CUDA stream (nullptr for CPU streams).
   void* cuda_handle() const { return cuda_stream_; }
 
-  // Internal to Event and StreamSpan: a closure that runs even on a failed stream.
+  // Internal to Event, StreamSpan and OpScope: a closure that runs even on a failed
+  // stream.
   void enqueue_marker(std::function<void()> fn);
 
  private:
