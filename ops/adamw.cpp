@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/core/check.h"
+#include "engine/core/op_profile.h"
 #include "ops/check_args.h"
 #include "ops/cpu/adamw.h"
 #include "ops/cuda/adamw.h"
@@ -11,8 +12,9 @@ namespace fanout::ops {
 
 void adamw_update(Stream& stream, const Tensor& params, const Tensor& grads, const Tensor& m,
                   const Tensor& v, int64_t n, const AdamWConfig& config, int64_t step,
-                  float grad_scale) {
+                  float grad_scale, const Tensor& working) {
   const char* op = "adamw_update";
+  OpScope scope(stream, OpClass::optimizer);
   // The same checks as torch.optim.AdamW's constructor, plus the step count.
   FANOUT_CHECK(config.lr >= 0, op, ": invalid learning rate ", config.lr);
   FANOUT_CHECK(config.eps >= 0, op, ": invalid epsilon ", config.eps);
@@ -27,19 +29,22 @@ void adamw_update(Stream& stream, const Tensor& params, const Tensor& grads, con
   check_arg(op, "grads", stream, grads, DType::f32, n);
   check_arg(op, "m", stream, m, DType::f32, n);
   check_arg(op, "v", stream, v, DType::f32, n);
+  if (working.defined()) check_arg(op, "working", stream, working, DType::bf16, n);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {
         cpu::adamw_update(params.data<float>(), grads.data<float>(), m.data<float>(),
                           v.data<float>(), n, config.lr, config.beta1, config.beta2, config.eps,
-                          config.weight_decay, step, grad_scale);
+                          config.weight_decay, step, grad_scale,
+                          working.defined() ? working.data<uint16_t>() : nullptr);
       });
       return;
     case DeviceKind::cuda:
 #ifdef FANOUT_HAS_CUDA
       cuda::adamw_update_f32(stream.cuda_handle(), params.data<float>(), grads.data<float>(),
                              m.data<float>(), v.data<float>(), n, config.lr, config.beta1,
-                             config.beta2, config.eps, config.weight_decay, step, grad_scale);
+                             config.beta2, config.eps, config.weight_decay, step, grad_scale,
+                             working.defined() ? working.data<uint16_t>() : nullptr);
       return;
 #else
       FANOUT_CHECK(false, op, ": this build has no CUDA backend");

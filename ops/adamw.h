@@ -28,8 +28,11 @@ struct AdamWConfig {
 //   m = b1 * m + (1 - b1) * g
 //   v = b2 * v + (1 - b2) * g * g
 //   p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps)
+// params, grads, m, v f32. working (n) bf16, when defined: the updated params rounded
+// once (what a separate cast_f32_to_bf16 would give, bit for bit), written in the same
+// pass -- the bf16 working weights of Note [Mixed precision] (models/llama_model.cpp).
 void adamw_update(Stream& stream, const Tensor& params, const Tensor& grads, const Tensor& m,
                   const Tensor& v, int64_t n, const AdamWConfig& config, int64_t step,
-                  float grad_scale);
+                  float grad_scale, const Tensor& working = Tensor());
 
 }  // namespace fanout::ops

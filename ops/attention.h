@@ -4,13 +4,17 @@
 // repeat_kv), softmax over keys j <= Tk - Tq + i. Forward saves the log-sum-exp of
 // each query's scaled scores so backward recomputes the probabilities. Storage is f32
 // or bf16 (the bf16 contract: q, k, v, out and dq, dk, dv share one dtype, dout may
-// be either, lse is f32; math is fp32). CPU devices run both; CUDA devices refuse
-// bf16 until the CUDA issue [3/6].
+// be either, lse is f32; math is fp32). CPU devices run both; CUDA devices run the
+// exact kernels in both, or cuDNN's fused attention in bf16 (attention_set_impl).
 
 #include <cstdint>
+#include <string>
 
+#include "engine/core/device.h"
+#include "engine/core/dtype.h"
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
+#include "ops/attention_plan.h"
 
 namespace fanout::ops {
 
@@ -28,5 +32,23 @@ void attention_backward(Stream& stream, const Tensor& dq, const Tensor& dk, cons
                         const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& out, const Tensor& lse, int64_t B, int64_t T, int64_t H,
                         int64_t KV, int64_t D);
+
+// ---
+
+// The kernel CUDA devices use (AttentionImpl in ops/attention_plan.h), process-wide;
+// default automatic: cuDNN's fused attention for bf16 when the build has cuDNN and
+// the library loads, the exact kernel otherwise. `cudnn` with f32 storage, or in a
+// build without cuDNN, is an error at the first call. A shape cuDNN refuses runs
+// the exact kernel, with one line on stderr. CPU devices ignore the setting.
+void attention_set_impl(AttentionImpl impl);
+AttentionImpl attention_impl();
+
+// One line for logs: what attention on `device` with `dtype` storage runs, e.g.
+// "cuDNN fused SDPA (cuDNN 9.19.0)", "exact kernel", "exact kernel (this build has
+// no cuDNN)", and for CPU devices the CPU kernel's name.
+std::string attention_describe(Device device, DType dtype);
+
+// "auto", "exact" or "cudnn"; anything else is a FANOUT_CHECK error listing them.
+AttentionImpl attention_impl_parse(const std::string& name);
 
 }  // namespace fanout::ops

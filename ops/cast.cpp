@@ -1,6 +1,7 @@
 #include "ops/cast.h"
 
 #include "engine/core/check.h"
+#include "engine/core/op_profile.h"
 #include "ops/check_args.h"
 #include "ops/cpu/cast.h"
 #include "ops/cuda/cast.h"
@@ -9,6 +10,7 @@ namespace fanout::ops {
 
 void cast_f32_to_bf16(Stream& stream, const Tensor& dst, const Tensor& src, int64_t n) {
   const char* op = "cast_f32_to_bf16";
+  OpScope scope(stream, OpClass::elementwise);
   check_arg(op, "dst", stream, dst, DType::bf16, n);
   check_arg(op, "src", stream, src, DType::f32, n);
   switch (stream.device().kind) {
@@ -27,6 +29,7 @@ void cast_f32_to_bf16(Stream& stream, const Tensor& dst, const Tensor& src, int6
 
 void cast_bf16_to_f32(Stream& stream, const Tensor& dst, const Tensor& src, int64_t n) {
   const char* op = "cast_bf16_to_f32";
+  OpScope scope(stream, OpClass::elementwise);
   check_arg(op, "dst", stream, dst, DType::f32, n);
   check_arg(op, "src", stream, src, DType::bf16, n);
   switch (stream.device().kind) {

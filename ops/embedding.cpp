@@ -1,6 +1,7 @@
 #include "ops/embedding.h"
 
 #include "engine/core/check.h"
+#include "engine/core/op_profile.h"
 #include "ops/check_args.h"
 #include "ops/cpu/bf16.h"
 #include "ops/cpu/embedding.h"
@@ -11,6 +12,7 @@ namespace fanout::ops {
 void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, const Tensor& table,
                        int64_t N, int64_t C, int64_t V) {
   const char* op = "embedding_forward";
+  OpScope scope(stream, OpClass::elementwise);
   check_arg(op, "out", stream, out, DType::f32, N * C);
   check_arg(op, "ids", stream, ids, DType::i32, N);
   // A bf16 table is read into the f32 residual stream (exact).
@@ -27,11 +29,13 @@ void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, con
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(table_t == DType::f32, op,
-                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
-      cuda::embedding_forward_f32(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
-                                  table.data<float>(), N, C, V);
+      if (table_t == DType::f32)
+        cuda::embedding_forward(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
+                                table.data<float>(), N, C, V);
+      else
+        cuda::embedding_forward(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
+                                table.data<uint16_t>(), N, C, V);
       return;
 #else
       FANOUT_CHECK(false, op, ": this build has no CUDA backend");
@@ -42,6 +46,7 @@ void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, con
 void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout, const Tensor& ids,
                         int64_t N, int64_t C, int64_t V) {
   const char* op = "embedding_backward";
+  OpScope scope(stream, OpClass::elementwise);
   check_arg(op, "dtable", stream, dtable, DType::f32, V * C);
   check_arg(op, "dout", stream, dout, DType::f32, N * C);
   check_arg(op, "ids", stream, ids, DType::i32, N);
@@ -67,6 +72,7 @@ void embedding_backward_rows(Stream& stream, const Tensor& dtable_rows, const Te
                              const Tensor& ids, int64_t N, int64_t C, int64_t V, int64_t row0,
                              int64_t rows) {
   const char* op = "embedding_backward_rows";
+  OpScope scope(stream, OpClass::elementwise);
   FANOUT_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= V, op, ": rows [", row0, ", ", row0 + rows,
                 ") of ", V);
   check_arg(op, "dtable_rows", stream, dtable_rows, DType::f32, rows * C);

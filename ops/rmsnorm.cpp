@@ -1,6 +1,7 @@
 #include "ops/rmsnorm.h"
 
 #include "engine/core/check.h"
+#include "engine/core/op_profile.h"
 #include "ops/check_args.h"
 #include "ops/cpu/bf16.h"
 #include "ops/cpu/rmsnorm.h"
@@ -11,6 +12,7 @@ namespace fanout::ops {
 void rmsnorm_forward(Stream& stream, const Tensor& out, const Tensor& rstd, const Tensor& inp,
                      const Tensor& weight, int64_t N, int64_t C, float eps) {
   const char* op = "rmsnorm_forward";
+  OpScope scope(stream, OpClass::elementwise);
   // The bf16 contract: out and weight f32 or bf16, the statistics and input f32.
   const DType out_t = check_arg_any(op, "out", stream, out, {DType::f32, DType::bf16}, N * C);
   check_arg(op, "rstd", stream, rstd, DType::f32, N);
@@ -31,12 +33,20 @@ void rmsnorm_forward(Stream& stream, const Tensor& out, const Tensor& rstd, cons
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(out_t == DType::f32 && w_t == DType::f32, op,
-                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
-      cuda::rmsnorm_forward_f32(stream.cuda_handle(), out.data<float>(), rstd.data<float>(),
-                                inp.data<float>(), weight.data<float>(), N, C, eps);
+    {
+      // The same storage switch, bf16 as its raw bits.
+      auto run = [&]<typename Out, typename W>() {
+        cuda::rmsnorm_forward(stream.cuda_handle(), out.data<Out>(), rstd.data<float>(),
+                              inp.data<float>(), weight.data<W>(), N, C, eps);
+      };
+      if (out_t == DType::f32)
+        w_t == DType::f32 ? run.operator()<float, float>() : run.operator()<float, uint16_t>();
+      else
+        w_t == DType::f32 ? run.operator()<uint16_t, float>()
+                          : run.operator()<uint16_t, uint16_t>();
       return;
+    }
 #else
       FANOUT_CHECK(false, op, ": this build has no CUDA backend");
 #endif
@@ -47,6 +57,7 @@ void rmsnorm_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight,
                       const Tensor& inp, const Tensor& weight, const Tensor& rstd, int64_t N,
                       int64_t C) {
   const char* op = "rmsnorm_backward";
+  OpScope scope(stream, OpClass::elementwise);
   check_arg(op, "dinp", stream, dinp, DType::f32, N * C);
   check_arg(op, "dweight", stream, dweight, DType::f32, C);
   check_arg(op, "dout", stream, dout, DType::f32, N * C);
@@ -65,12 +76,15 @@ void rmsnorm_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight,
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(w_t == DType::f32, op,
-                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
-      cuda::rmsnorm_backward_f32(stream.cuda_handle(), dinp.data<float>(), dweight.data<float>(),
-                                 dout.data<float>(), inp.data<float>(), weight.data<float>(),
-                                 rstd.data<float>(), N, C);
+      if (w_t == DType::f32)
+        cuda::rmsnorm_backward(stream.cuda_handle(), dinp.data<float>(), dweight.data<float>(),
+                               dout.data<float>(), inp.data<float>(), weight.data<float>(),
+                               rstd.data<float>(), N, C);
+      else
+        cuda::rmsnorm_backward(stream.cuda_handle(), dinp.data<float>(), dweight.data<float>(),
+                               dout.data<float>(), inp.data<float>(), weight.data<uint16_t>(),
+                               rstd.data<float>(), N, C);
       return;
 #else
       FANOUT_CHECK(false, op, ": this build has no CUDA backend");

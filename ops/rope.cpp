@@ -1,6 +1,7 @@
 #include "ops/rope.h"
 
 #include "engine/core/check.h"
+#include "engine/core/op_profile.h"
 #include "ops/check_args.h"
 #include "ops/cpu/bf16.h"
 #include "ops/cpu/rope.h"
@@ -11,6 +12,7 @@ namespace fanout::ops {
 void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t B, int64_t T,
                   int64_t H, int64_t D, const RopeFreq& freq, int64_t pos_offset) {
   const char* op = "rope_forward";
+  OpScope scope(stream, OpClass::elementwise);
   FANOUT_ASSERT(D % 2 == 0, op, ": head dim ", D, " is odd");
   FANOUT_ASSERT(pos_offset >= 0, op, ": pos_offset ", pos_offset, " is negative");
   // f32 or bf16, the same for both (they may alias).
@@ -27,11 +29,13 @@ void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t 
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(X == DType::f32, op,
-                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
-      cuda::rope_forward_f32(stream.cuda_handle(), out.data<float>(), inp.data<float>(), B, T, H, D,
-                             freq, pos_offset);
+      if (X == DType::f32)
+        cuda::rope_forward(stream.cuda_handle(), out.data<float>(), inp.data<float>(), B, T, H, D,
+                           freq, pos_offset);
+      else
+        cuda::rope_forward(stream.cuda_handle(), out.data<uint16_t>(), inp.data<uint16_t>(), B, T,
+                           H, D, freq, pos_offset);
       return;
 #else
       FANOUT_CHECK(false, op, ": this build has no CUDA backend");
@@ -42,6 +46,7 @@ void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t 
 void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64_t B, int64_t T,
                    int64_t H, int64_t D, const RopeFreq& freq, int64_t pos_offset) {
   const char* op = "rope_backward";
+  OpScope scope(stream, OpClass::elementwise);
   FANOUT_ASSERT(D % 2 == 0, op, ": head dim ", D, " is odd");
   FANOUT_ASSERT(pos_offset >= 0, op, ": pos_offset ", pos_offset, " is negative");
   // f32 or bf16, the same for both (they may alias).
@@ -58,11 +63,13 @@ void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(X == DType::f32, op,
-                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
-      cuda::rope_backward_f32(stream.cuda_handle(), dinp.data<float>(), dout.data<float>(), B, T, H,
-                              D, freq, pos_offset);
+      if (X == DType::f32)
+        cuda::rope_backward(stream.cuda_handle(), dinp.data<float>(), dout.data<float>(), B, T, H,
+                            D, freq, pos_offset);
+      else
+        cuda::rope_backward(stream.cuda_handle(), dinp.data<uint16_t>(), dout.data<uint16_t>(), B,
+                            T, H, D, freq, pos_offset);
       return;
 #else
       FANOUT_CHECK(false, op, ": this build has no CUDA backend");

@@ -1,6 +1,7 @@
 #include "ops/swiglu.h"
 
 #include "engine/core/check.h"
+#include "engine/core/op_profile.h"
 #include "ops/check_args.h"
 #include "ops/cpu/bf16.h"
 #include "ops/cpu/swiglu.h"
@@ -11,6 +12,7 @@ namespace fanout::ops {
 void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up,
                     int64_t n) {
   const char* op = "swiglu_forward";
+  OpScope scope(stream, OpClass::elementwise);
   // gate, up, out: all f32 or all bf16.
   const DType X = check_arg_any(op, "gate", stream, gate, {DType::f32, DType::bf16}, n);
   check_arg(op, "up", stream, up, X, n);
@@ -26,11 +28,13 @@ void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(X == DType::f32, op,
-                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
-      cuda::swiglu_forward_f32(stream.cuda_handle(), out.data<float>(), gate.data<float>(),
-                               up.data<float>(), n);
+      if (X == DType::f32)
+        cuda::swiglu_forward(stream.cuda_handle(), out.data<float>(), gate.data<float>(),
+                             up.data<float>(), n);
+      else
+        cuda::swiglu_forward(stream.cuda_handle(), out.data<uint16_t>(), gate.data<uint16_t>(),
+                             up.data<uint16_t>(), n);
       return;
 #else
       FANOUT_CHECK(false, op, ": this build has no CUDA backend");
@@ -41,6 +45,7 @@ void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const
 void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& dout,
                      const Tensor& gate, const Tensor& up, int64_t n) {
   const char* op = "swiglu_backward";
+  OpScope scope(stream, OpClass::elementwise);
   // gate, up, dgate, dup share one dtype X (f32 or bf16); dout is f32 or bf16 on its own.
   const DType X = check_arg_any(op, "gate", stream, gate, {DType::f32, DType::bf16}, n);
   check_arg(op, "up", stream, up, X, n);
@@ -62,12 +67,19 @@ void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, con
       });
       return;
     case DeviceKind::cuda:
-      FANOUT_CHECK(X == DType::f32 && G == DType::f32, op,
-                   ": bf16 is not supported on CUDA devices yet (use --precision fp32)");
 #ifdef FANOUT_HAS_CUDA
-      cuda::swiglu_backward_f32(stream.cuda_handle(), dgate.data<float>(), dup.data<float>(),
-                                dout.data<float>(), gate.data<float>(), up.data<float>(), n);
+    {
+      // The same storage switch, bf16 as its raw bits.
+      auto run = [&]<typename Xs, typename Gs>() {
+        cuda::swiglu_backward(stream.cuda_handle(), dgate.data<Xs>(), dup.data<Xs>(),
+                              dout.data<Gs>(), gate.data<Xs>(), up.data<Xs>(), n);
+      };
+      if (X == DType::f32)
+        G == DType::f32 ? run.operator()<float, float>() : run.operator()<float, uint16_t>();
+      else
+        G == DType::f32 ? run.operator()<uint16_t, float>() : run.operator()<uint16_t, uint16_t>();
       return;
+    }
 #else
       FANOUT_CHECK(false, op, ": this build has no CUDA backend");
 #endif

@@ -4,9 +4,12 @@
 // call across the devices, on each rank's stream; uneven shards become one group of
 // ncclReduce / ncclBroadcast with one root per shard, so no padding of the flat
 // buffers is needed. A watchdog aborts the group when a device fails or work waits
-// past the timeout (Note [NCCL deadlines] in nccl_comm.cpp).
+// past the timeout (Note [NCCL deadlines] in nccl_comm.cpp). Sums under
+// --grad-comm bf16 travel as bf16 and add up in fp32: Note [bf16 sums over NCCL].
 // Compiled in every CUDA build with NCCL; runs only where distinct GPUs exist.
 
+#include <map>
+#include <mutex>
 #include <set>
 
 #include "engine/core/check.h"
@@ -21,6 +24,7 @@
 
 #include "engine/core/cuda_check.h"
 #include "engine/core/cuda_guard.h"
+#include "engine/core/flat.h"
 #include "engine/parallel/nccl_comm.h"
 #endif
 
@@ -64,6 +68,37 @@ void peer_access_enable(const std::vector<int>& ids) {
     }
   }
 }
+
+// Note [bf16 sums over NCCL]
+// Under --grad-comm bf16 a sum travels as bf16 and is accumulated in fp32 by its
+// receiver. NCCL's own bf16 reductions (ncclReduce / ncclAllReduce on
+// ncclBfloat16) add in bf16, a rounding per partial sum that the CPU paths do not
+// make, so the sums here are built from point-to-point bf16 moves (ncclSend /
+// ncclRecv in one group) and the fp32 add kernels of engine/core/flat.h, in the
+// order of the CPU path each backend stands in for; the results are the same bits.
+//
+// NcclCollectives (GPUs of one process) stands in for LocalCollectives:
+//   reduce(root)    every other rank rounds its range to bf16 (flat_round_bf16 on
+//                   its stream) and sends it to the root, which receives each into
+//                   a staging slot of its own and adds the slots to its unrounded
+//                   values in rank order (flat_add), as LocalCollectives::sum_into;
+//   all_reduce      reduce to rank 0, then broadcast its f32 sum (LocalCollectives'
+//                   own definition);
+//   reduce_scatter  an all-to-all of the rounded shards: rank q sends shard r to
+//                   its owner r, which adds the arrivals in rank order.
+//   Bytes: (W-1) bf16 copies of the range (reduce) or of every shard
+//   (reduce-scatter), half of the f32 path's count and what LocalCollectives moves.
+//   The root of a reduce receives all W-1 copies itself (no tree or ring), which
+//   is what the local path does too; DataParallel reduces buckets, not models.
+// NcclGroup (one GPU per process) stands in for GlooGroup: nccl_group.cpp runs
+// GlooGroup's bf16 ring reduce-scatter step by step (a send to rank r+1 and a
+// receive from rank r-1 per step, then a hop kernel: the arrival plus this rank's
+// rounded piece, in fp32, rounded), the same bits as Gloo's; all_reduce is that
+// ring with the owner's piece rounded too, then a bf16 all-gather of the pieces,
+// 2 (W-1)/W of the range in bf16 per rank like Gloo's ring. Gloo's own ring
+// all-reduce associates a piece's terms in its own order: the two agree bit for
+// bit for W = 2 (one fp32 add, commutative), and otherwise to the rounding of the
+// hops (the same definition, another association).
 
 // Every rank's buffer from element `begin` on, as NCCL sees it.
 struct Flat {
@@ -109,7 +144,7 @@ class NcclCollectives final : public Collectives {
   void reduce(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams, int root,
               int64_t begin, int64_t end) override {
     if (end <= begin) return;
-    check_sum_dtype();
+    if (sum_dtype_ == DType::bf16) return reduce_bf16(bufs, streams, root, begin, end);
     Flat f = flat(bufs, begin, end, false);
     auto n = static_cast<size_t>(end - begin);
     comms_->launch("reduce", cuda_streams(streams), [&] {
@@ -123,7 +158,11 @@ class NcclCollectives final : public Collectives {
   void all_reduce(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
                   int64_t begin, int64_t end) override {
     if (end <= begin) return;
-    check_sum_dtype();
+    if (sum_dtype_ == DType::bf16) {
+      // LocalCollectives' definition (Note [bf16 sums over NCCL]).
+      reduce_bf16(bufs, streams, 0, begin, end);
+      return broadcast(bufs, streams, 0, begin, end);
+    }
     Flat f = flat(bufs, begin, end, false);
     auto n = static_cast<size_t>(end - begin);
     comms_->launch("all-reduce", cuda_streams(streams), [&] {
@@ -139,7 +178,7 @@ class NcclCollectives final : public Collectives {
                       const std::vector<int64_t>& bounds, int64_t begin, int64_t end) override {
     std::vector<Shard> shards = shards_of(bufs.size(), bounds, begin, end);
     if (shards.empty()) return;
-    check_sum_dtype();
+    if (sum_dtype_ == DType::bf16) return reduce_scatter_bf16(bufs, streams, shards);
     Flat f = flat(bufs, 0, end, false);
     comms_->launch("reduce-scatter", cuda_streams(streams), [&] {
       for (const Shard& sh : shards) {
@@ -189,6 +228,94 @@ class NcclCollectives final : public Collectives {
     return shards;
   }
 
+  // Note [bf16 sums over NCCL]: the senders round into their send buffers, one
+  // group moves the bf16 values into the root's staging slots, and the root adds
+  // the slots in rank order.
+  void reduce_bf16(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams, int root,
+                   int64_t begin, int64_t end) {
+    (void)flat(bufs, begin, end, false);  // checks the buffers
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t n = end - begin;
+    const size_t W = bufs.size();
+    std::vector<Tensor> send(W);
+    for (size_t r = 0; r < W; ++r) {
+      if (static_cast<int>(r) == root) continue;
+      send[r] = buffer(kSend, *streams[r], n);
+      flat_round_bf16(*streams[r], send[r], bufs[r].view(begin, {n}));
+    }
+    Tensor stage = buffer(kStage, *streams[root], n * static_cast<int64_t>(W - 1));
+    comms_->launch("reduce", cuda_streams(streams), [&] {
+      int64_t slot = 0;
+      for (size_t r = 0; r < W; ++r) {
+        if (static_cast<int>(r) == root) continue;
+        comms_->check(ncclSend(send[r].raw(), static_cast<size_t>(n), ncclBfloat16, root,
+                               comms_->comm(r), cuda_stream(streams[r])));
+        comms_->check(ncclRecv(stage.view(slot++ * n, {n}).raw(), static_cast<size_t>(n),
+                               ncclBfloat16, static_cast<int>(r), comms_->comm(root),
+                               cuda_stream(streams[root])));
+      }
+    });
+    Tensor dst = bufs[root].view(begin, {n});
+    for (size_t k = 0; k + 1 < W; ++k)
+      flat_add(*streams[root], dst, stage.view(static_cast<int64_t>(k) * n, {n}));
+    count(W, n * 2);
+  }
+
+  // Note [bf16 sums over NCCL]: an all-to-all of the rounded shards, each owner
+  // adding its arrivals in rank order.
+  void reduce_scatter_bf16(const std::vector<Tensor>& bufs, const std::vector<Stream*>& streams,
+                           const std::vector<Shard>& shards) {
+    const int64_t lo = shards.front().lo, m = shards.back().hi - lo;
+    (void)flat(bufs, lo, lo + m, false);  // checks the buffers
+    std::lock_guard<std::mutex> lock(mu_);
+    const size_t W = bufs.size();
+    std::vector<Tensor> send(W), stage(W);
+    for (size_t q = 0; q < W; ++q) {
+      send[q] = buffer(kSend, *streams[q], m);
+      flat_round_bf16(*streams[q], send[q], bufs[q].view(lo, {m}));
+    }
+    for (const Shard& sh : shards) {
+      const auto cnt = static_cast<int64_t>(sh.count());
+      stage[sh.owner] = buffer(kStage, *streams[sh.owner], cnt * static_cast<int64_t>(W - 1));
+    }
+    comms_->launch("reduce-scatter", cuda_streams(streams), [&] {
+      for (const Shard& sh : shards) {
+        const auto cnt = static_cast<int64_t>(sh.count());
+        int64_t slot = 0;
+        for (size_t q = 0; q < W; ++q) {
+          if (static_cast<int>(q) == sh.owner) continue;
+          comms_->check(ncclSend(send[q].view(sh.lo - lo, {cnt}).raw(), sh.count(), ncclBfloat16,
+                                 sh.owner, comms_->comm(q), cuda_stream(streams[q])));
+          comms_->check(ncclRecv(stage[sh.owner].view(slot++ * cnt, {cnt}).raw(), sh.count(),
+                                 ncclBfloat16, static_cast<int>(q), comms_->comm(sh.owner),
+                                 cuda_stream(streams[sh.owner])));
+        }
+      }
+    });
+    for (const Shard& sh : shards) {
+      const auto cnt = static_cast<int64_t>(sh.count());
+      Tensor dst = bufs[sh.owner].view(sh.lo, {cnt});
+      for (size_t k = 0; k + 1 < W; ++k)
+        flat_add(*streams[sh.owner], dst,
+                 stage[sh.owner].view(static_cast<int64_t>(k) * cnt, {cnt}));
+      count(W, cnt * 2);
+    }
+  }
+
+  // One growing bf16 buffer per stream and use (tagged comm in its device's
+  // allocator): send buffers on the sending stream, staging on the receiving one;
+  // the stream's order makes reuse safe. Replacing a buffer drops the old one
+  // only after the stream finished with it. Under mu_.
+  enum Use { kSend, kStage };
+  Tensor buffer(Use use, Stream& s, int64_t numel) {
+    Tensor& t = buffers_[{&s, use}];
+    if (!t.defined() || t.numel() < numel) {
+      s.synchronize();
+      t = Tensor::empty({numel}, DType::bf16, s.device(), MemTag::comm);
+    }
+    return t.view(0, {numel});
+  }
+
   // Every rank's buffer from element `begin` on (up to `end`); sums take f32,
   // moves bf16 too.
   Flat flat(const std::vector<Tensor>& bufs, int64_t begin, int64_t end, bool bf16_too) const {
@@ -215,11 +342,6 @@ class NcclCollectives final : public Collectives {
   void count(size_t ranks, int64_t bytes) {
     bytes_moved_ += static_cast<int64_t>(ranks - 1) * bytes;
   }
-  void check_sum_dtype() const {
-    FANOUT_CHECK(sum_dtype_ == DType::f32,
-                 "bf16 gradient sums are not supported between CUDA devices yet: "
-                 "use --grad-comm fp32");
-  }
   static cudaStream_t cuda_stream(Stream* s) { return static_cast<cudaStream_t>(s->cuda_handle()); }
   static std::vector<cudaStream_t> cuda_streams(const std::vector<Stream*>& streams) {
     std::vector<cudaStream_t> out;
@@ -228,6 +350,8 @@ class NcclCollectives final : public Collectives {
   }
 
   std::unique_ptr<NcclComms> comms_;
+  std::mutex mu_;  // buffers_ and the bf16 sums that use them
+  std::map<std::pair<Stream*, Use>, Tensor> buffers_;
 };
 
 }  // namespace

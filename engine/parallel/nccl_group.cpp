@@ -4,20 +4,24 @@
 // caller's CUDA stream from any thread (launches are serialised), and a watchdog
 // aborts them when a rank dies or the timeout passes, so the engine's stream waits
 // return and the next call throws, naming what the rendezvous knows (Note [NCCL
-// deadlines] in nccl_comm.cpp). Compiled in every CUDA build with NCCL; it runs
-// only on machines with GPUs.
+// deadlines] in nccl_comm.cpp). Sums under --grad-comm bf16 are GlooGroup's
+// bf16 ring, step by step (Note [bf16 sums over NCCL] in nccl_collectives.cpp).
+// Compiled in every CUDA build with NCCL; it runs only on machines with GPUs.
 
 #include "engine/core/check.h"
 #include "engine/parallel/process_group.h"
 
 #ifdef FANOUT_HAS_NCCL
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include "engine/core/cuda_check.h"
 #include "engine/core/cuda_guard.h"
+#include "engine/core/flat.h"
 #include "engine/parallel/nccl_comm.h"
 #endif
 
@@ -71,14 +75,15 @@ class NcclGroup final : public ProcessGroup {
   }
   const char* name() const override { return "nccl"; }
   void set_sum_dtype(DType dtype) override {
-    FANOUT_CHECK(dtype == DType::f32,
-                 "bf16 gradient sums are not supported across processes on CUDA devices yet: "
-                 "use --grad-comm fp32");
+    FANOUT_CHECK(dtype == DType::f32 || dtype == DType::bf16, "sums travel in f32 or bf16, not ",
+                 dtype_name(dtype));
+    sum_dtype_ = dtype;
   }
 
   void all_reduce(const Tensor& buf, int64_t begin, int64_t end, Stream& stream) override {
     check_buffer(buf, "all-reduce", false);
     if (end <= begin) return;
+    if (sum_dtype_ == DType::bf16) return all_reduce_bf16(buf, begin, end, stream);
     float* p = buf.data<float>() + begin;
     cudaStream_t s = cuda_stream(stream);
     size_t n = static_cast<size_t>(end - begin);
@@ -100,14 +105,19 @@ class NcclGroup final : public ProcessGroup {
   }
 
   // Equal pieces covering the range go to ncclReduceScatter in place; otherwise
-  // one ncclReduce per non-empty piece, rooted at its owner, in one group. Sums
-  // are f32 (set_sum_dtype refuses bf16). bytes_sent_ counts what a ring sends:
-  // every piece but this rank's own.
+  // one ncclReduce per non-empty piece, rooted at its owner, in one group; bf16
+  // sums take the ring of ring_bf16. bytes_sent_ counts what a ring sends: every
+  // piece but this rank's own.
   void reduce_scatter(const Tensor& buf, const std::vector<int64_t>& bounds, int64_t begin,
                       int64_t end, Stream& stream) override {
     check_buffer(buf, "reduce-scatter", false);
     std::vector<int64_t> at = piece_edges(buf, bounds, begin, end);
     if (at.front() == at.back()) return;
+    if (sum_dtype_ == DType::bf16) {
+      std::lock_guard<std::mutex> lock(wire_mu_);
+      Tensor wire = round_range(buf, at.front(), at.back(), stream);
+      return ring_bf16(buf, wire, at, stream, false);
+    }
     float* p = buf.data<float>();
     cudaStream_t s = cuda_stream(stream);
     comms_->launch("reduce-scatter", {s}, [&] {
@@ -182,6 +192,98 @@ class NcclGroup final : public ProcessGroup {
   }
 
  private:
+  // Note [bf16 sums over NCCL] (nccl_collectives.cpp): every rank rounds the range,
+  // ring_bf16 leaves piece r's bf16 sum (this rank's piece rounded too) in the
+  // wire, an all-gather of the bf16 pieces brings the others', and every rank
+  // widens the same bits. One rank rounds and widens, as Gloo's path does.
+  void all_reduce_bf16(const Tensor& buf, int64_t begin, int64_t end, Stream& stream) {
+    std::lock_guard<std::mutex> lock(wire_mu_);
+    const int64_t n = end - begin;
+    Tensor wire = round_range(buf, begin, end, stream);
+    if (world() > 1) {
+      std::vector<int64_t> at(world() + 1);
+      for (int q = 0; q <= world(); ++q) at[q] = begin + n * q / world();
+      ring_bf16(buf, wire, at, stream, true);
+      std::vector<int64_t> pieces(at.size());
+      for (size_t q = 0; q < at.size(); ++q) pieces[q] = at[q] - begin;
+      all_gather(wire, pieces, 0, n, stream);
+    }
+    flat_widen_bf16(stream, buf.view(begin, {n}), wire);
+  }
+
+  // wire (bf16, the range's length) <- buf[begin, end) rounded, on `stream`.
+  Tensor round_range(const Tensor& buf, int64_t begin, int64_t end, Stream& stream) {
+    Tensor wire = wire_buffer(stream, 0, end - begin);
+    flat_round_bf16(stream, wire, buf.view(begin, {end - begin}));
+    return wire;
+  }
+
+  // GlooGroup::ring_reduce_scatter_bf16 (Note [Gloo rings over uneven pieces] in
+  // gloo_group.cpp) over NCCL: W-1 steps; at step s this rank sends piece r-s-1 to
+  // rank r+1 (its own rounded values at s = 0, else the partial sum that just
+  // arrived) and receives piece r-s-2 from rank r-1, then adds its rounded piece
+  // to the arrival in fp32 and rounds (flat_add_round_bf16). At the last step the
+  // arrival is piece r: owner_rounds ? wire's piece r <- round(arrival + it) (the
+  // all-reduce's bf16 sum) : buf's piece r += arrival (fp32, the reduce-scatter).
+  // `wire` holds the range [at.front(), at.back()) rounded; two piece-sized bf16
+  // buffers take turns as the outgoing sum and the inbox.
+  void ring_bf16(const Tensor& buf, const Tensor& wire, const std::vector<int64_t>& at,
+                 Stream& stream, bool owner_rounds) {
+    const int W = world(), r = rank();
+    if (W == 1) return;
+    const int64_t base = at.front();
+    int64_t largest = 0;
+    for (int q = 0; q < W; ++q) largest = std::max(largest, at[q + 1] - at[q]);
+    if (largest == 0) return;
+    Tensor turns[2] = {wire_buffer(stream, 1, largest), wire_buffer(stream, 2, largest)};
+    auto piece = [W](int64_t k) { return static_cast<int>(((k % W) + W) % W); };
+    cudaStream_t s = cuda_stream(stream);
+    const size_t elem = sizeof(uint16_t);
+    for (int step = 0; step + 1 < W; ++step) {
+      const int a = piece(r - step - 1), b = piece(r - step - 2);
+      const int64_t na = at[a + 1] - at[a], nb = at[b + 1] - at[b];
+      const Tensor& in = turns[step % 2];
+      const char* out = step == 0 ? static_cast<const char*>(wire.raw()) + (at[a] - base) * elem
+                                  : static_cast<const char*>(turns[(step + 1) % 2].raw());
+      if (na > 0 || nb > 0) {
+        comms_->launch("reduce-scatter", {s}, [&] {
+          ncclComm_t c = comms_->comm(0);
+          if (na > 0)
+            comms_->check(ncclSend(out, static_cast<size_t>(na), ncclBfloat16, (r + 1) % W, c, s));
+          if (nb > 0)
+            comms_->check(
+                ncclRecv(in.raw(), static_cast<size_t>(nb), ncclBfloat16, (r + W - 1) % W, c, s));
+        });
+      }
+      bytes_sent_ += na * static_cast<int64_t>(elem);
+      if (nb == 0) {
+        if (b == r) break;
+        continue;
+      }
+      Tensor arrived = in.view(0, {nb}), mine = wire.view(at[b] - base, {nb});
+      if (b == r) {
+        if (owner_rounds)
+          flat_add_round_bf16(stream, mine, arrived);
+        else
+          flat_add(stream, buf.view(at[b], {nb}), arrived);
+        break;
+      }
+      flat_add_round_bf16(stream, arrived, mine);
+    }
+  }
+
+  // One growing bf16 buffer per stream and slot (tagged comm); the stream's order
+  // makes reuse safe, and a buffer is replaced only after its stream finished with
+  // it. Under wire_mu_.
+  Tensor wire_buffer(Stream& stream, int slot, int64_t numel) {
+    Tensor& t = wires_[{&stream, slot}];
+    if (!t.defined() || t.numel() < numel) {
+      stream.synchronize();
+      t = Tensor::empty({numel}, DType::bf16, device_, MemTag::comm);
+    }
+    return t.view(0, {numel});
+  }
+
   void check_buffer(const Tensor& buf, const char* what, bool bf16_too) const {
     FANOUT_ASSERT(buf.device() == device_ &&
                       (buf.dtype() == DType::f32 || (bf16_too && buf.dtype() == DType::bf16)),
@@ -209,6 +311,9 @@ class NcclGroup final : public ProcessGroup {
   }
 
   Device device_;
+  DType sum_dtype_ = DType::f32;
+  std::mutex wire_mu_;  // wires_, and the bf16 sums that use them
+  std::map<std::pair<Stream*, int>, Tensor> wires_;
   HostScalars host_;
   std::unique_ptr<NcclComms> comms_;  // finalized before host_'s memory is freed
 };

@@ -8,8 +8,11 @@
 
 namespace fanout::ops::cpu {
 
+// working (n bf16 bits), unless null (T = float only): the updated params rounded
+// once, each chunk while it is still in cache.
 template <typename T>
 void adamw_update(T* params, const T* grads, T* m, T* v, int64_t n, double lr, double beta1,
-                  double beta2, double eps, double weight_decay, int64_t step, T grad_scale);
+                  double beta2, double eps, double weight_decay, int64_t step, T grad_scale,
+                  uint16_t* working = nullptr);
 
 }  // namespace fanout::ops::cpu

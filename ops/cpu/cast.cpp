@@ -37,6 +37,10 @@ void cast_f32_to_bf16(uint16_t* dst, const float* src, int64_t n) {
                        });
 }
 
+void cast_f32_to_bf16_serial(uint16_t* dst, const float* src, int64_t n) {
+  f32_to_bf16_range(dst, src, 0, n);
+}
+
 void cast_bf16_to_f32(float* dst, const uint16_t* src, int64_t n) {
   parallel_for_blocked(tbb::blocked_range<int64_t>(0, n, kGrain),
                        [&](const tbb::blocked_range<int64_t>& r) {

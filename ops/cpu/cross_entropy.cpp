@@ -135,6 +135,66 @@ void cross_entropy_backward(D* dlogits, const T* logits, const int32_t* targets,
   });
 }
 
+// ---------------------------------------------------------------------------
+
+// Each row is widened once into a thread's float buffer and then handled as the
+// f32 kernels handle theirs: row_max_sum in double, losses summed in row order.
+void cross_entropy_fused_forward(float* stats, float* lse, const bf16* logits,
+                                 const int32_t* targets, int64_t N, int64_t V, int64_t ld,
+                                 int32_t ignore_index) {
+  check_targets("cross_entropy_fused_forward", targets, N, V, ignore_index);
+  std::vector<double> loss(N, 0.0);
+  parallel_for_index(int64_t{0}, N, [&](int64_t n) {
+    const int32_t t = targets[n];
+    if (t == ignore_index) {
+      lse[n] = 0.0f;
+      return;
+    }
+    thread_local std::vector<float> row;
+    row.resize(static_cast<size_t>(V));
+    const bf16* x = logits + n * ld;  // (V)
+    for (int64_t v = 0; v < V; ++v) row[v] = load(x[v]);
+    double m, s;
+    row_max_sum(row.data(), V, &m, &s);
+    const double l = m + std::log(s);
+    lse[n] = static_cast<float>(l);
+    loss[n] = l - row[t];
+  });
+  double sum = 0.0;
+  int64_t count = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    sum += loss[n];
+    count += targets[n] != ignore_index;
+  }
+  stats[0] = static_cast<float>(sum);
+  stats[1] = static_cast<float>(count);
+}
+
+namespace {
+// dx_v = exp(x_v - lse) / normalizer, minus 1 / normalizer at the target, in
+// float, rounded once: the formula the CUDA kernel runs.
+FANOUT_BF16_CLONES void fused_grad_row(bf16* x, int64_t V, float lse, int32_t t, float inv_norm) {
+  const float pt = exp_vec(load(x[t]) - lse);
+  for (int64_t v = 0; v < V; ++v) store(x[v], exp_vec(load(x[v]) - lse) * inv_norm);
+  store(x[t], (pt - 1.0f) * inv_norm);
+}
+}  // namespace
+
+void cross_entropy_fused_backward(bf16* logits, const float* lse, const int32_t* targets, int64_t N,
+                                  int64_t V, int64_t ld, int32_t ignore_index, float normalizer) {
+  check_targets("cross_entropy_fused_backward", targets, N, V, ignore_index);
+  const float inv_norm = static_cast<float>(1.0 / static_cast<double>(normalizer));
+  parallel_for_index(int64_t{0}, N, [&](int64_t n) {
+    bf16* x = logits + n * ld;  // (V)
+    const int32_t t = targets[n];
+    if (t == ignore_index) {
+      std::fill(x, x + V, bf16{});
+      return;
+    }
+    fused_grad_row(x, V, lse[n], t, inv_norm);
+  });
+}
+
 template void cross_entropy_forward<float>(float*, const float*, const int32_t*, int64_t, int64_t,
                                            int32_t);
 template void cross_entropy_forward<double>(double*, const double*, const int32_t*, int64_t,

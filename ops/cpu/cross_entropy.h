@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "ops/cpu/bf16.h"
+
 namespace fanout::ops::cpu {
 
 // stats[0] = loss sum, stats[1] = counted rows. Throws fanout::Error on a target
@@ -20,5 +22,15 @@ void cross_entropy_forward(T* stats, const T* logits, const int32_t* targets, in
 template <typename T, typename D = T>
 void cross_entropy_backward(D* dlogits, const T* logits, const int32_t* targets, int64_t N,
                             int64_t V, int32_t ignore_index, T normalizer);
+
+// The fused classifier's twin (ops/cross_entropy.h, Note [Fused classifier]):
+// bf16 logits, rows ld apart. Forward: stats as above and lse (N) (0 on ignored
+// rows); throws on a bad target. Backward: the logits become their gradient in
+// place, from lse; columns [V, ld) are not touched.
+void cross_entropy_fused_forward(float* stats, float* lse, const bf16* logits,
+                                 const int32_t* targets, int64_t N, int64_t V, int64_t ld,
+                                 int32_t ignore_index);
+void cross_entropy_fused_backward(bf16* logits, const float* lse, const int32_t* targets, int64_t N,
+                                  int64_t V, int64_t ld, int32_t ignore_index, float normalizer);
 
 }  // namespace fanout::ops::cpu

@@ -11,6 +11,7 @@
 #include "engine/core/check.h"
 #include "ops/cpu/cast.h"
 #include "ops/cpu/matmul_dnnl.h"
+#include "ops/cpu/residual.h"
 
 namespace fanout::ops::cpu {
 
@@ -40,7 +41,7 @@ void gemm(const GemmDesc& g, const double* A, const double* B, double* C) {
   cblas_dgemm(CblasRowMajor, g.a_trans ? CblasTrans : CblasNoTrans,
               g.b_trans ? CblasTrans : CblasNoTrans, blas_dim(g.M), blas_dim(g.N), blas_dim(g.K),
               1.0, A, blas_dim(g.a_stride()), B, blas_dim(g.b_trans ? g.K : g.N),
-              g.accumulate ? 1.0 : 0.0, C, blas_dim(g.N));
+              g.accumulate ? 1.0 : 0.0, C, blas_dim(g.c_stride()));
 }
 
 void gemm(const GemmDesc& g, const float* A, const float* B, float* C) {
@@ -86,8 +87,11 @@ void gemm_widened(const GemmDesc& g, const bf16* A, const bf16* B, Out* C) {
     gemm_dnnl(f32, widen(a, A, a_n), widen(b, B, g.K * g.N), C);
   } else {
     WideBuffer c(c_store, g.M * g.N);
+    f32.ldc = 0;  // dense scratch; its rows go to C's, c_stride() apart
     gemm_dnnl(f32, widen(a, A, a_n), widen(b, B, g.K * g.N), c.data());
-    cast_f32_to_bf16(reinterpret_cast<uint16_t*>(C), c.data(), g.M * g.N);
+    for (int64_t i = 0; i < g.M; ++i) {
+      cast_f32_to_bf16(reinterpret_cast<uint16_t*>(C + i * g.c_stride()), c.data() + i * g.N, g.N);
+    }
   }
 }
 
@@ -107,36 +111,55 @@ void gemm(GemmDesc g, const bf16* A, const bf16* B, Out* C) {
 // ---------------------------------------------------------------------------
 
 template <typename Out, typename In>
-void matmul_forward(Out* out, const In* inp, const In* weight, int64_t N, int64_t C, int64_t OC) {
+void matmul_forward(Out* out, const In* inp, const In* weight, int64_t N, int64_t C, int64_t OC,
+                    int64_t ld_out) {
+  if (ld_out == 0) ld_out = OC;
+  FANOUT_ASSERT(ld_out >= OC, "matmul_forward: ld_out ", ld_out, " < OC ", OC);
   if (N == 0 || OC == 0) return;
   if (C == 0) {  // an empty sum; oneDNN takes no zero dimensions
-    std::fill(out, out + N * OC, Out{});
+    for (int64_t i = 0; i < N; ++i) std::fill(out + i * ld_out, out + i * ld_out + OC, Out{});
     return;
   }
-  // out (N, OC) = inp (N, C) . weight (OC, C)^T
-  gemm(GemmDesc{.M = N, .N = OC, .K = C, .b_trans = true}, inp, weight, out);
+  // out (N, OC) = inp (N, C) . weight (OC, C)^T, out's rows ld_out apart.
+  gemm(GemmDesc{.M = N, .N = OC, .K = C, .b_trans = true, .ldc = ld_out}, inp, weight, out);
+}
+
+template <typename In>
+void matmul_forward_residual(float* out, const float* residual, const In* inp, const In* weight,
+                             int64_t N, int64_t C, int64_t OC) {
+  // The product kept apart from out (which may be residual), then the add of
+  // ops::residual_forward itself, so the bits are those of the two ops in turn.
+  thread_local std::vector<float> store;
+  WideBuffer product(store, N * OC);
+  matmul_forward(product.data(), inp, weight, N, C, OC);
+  residual_forward(out, residual, product.data(), N * OC);
 }
 
 template <typename Grad, typename In>
 void matmul_backward(Grad* dinp, Grad* dweight, const In* dout, const In* inp, const In* weight,
-                     int64_t N, int64_t C, int64_t OC) {
+                     int64_t N, int64_t C, int64_t OC, int64_t ld_dout) {
+  if (ld_dout == 0) ld_dout = OC;
+  FANOUT_ASSERT(ld_dout >= OC, "matmul_backward: ld_dout ", ld_dout, " < OC ", OC);
   if (N == 0 || C == 0 || OC == 0) return;  // every product is empty or adds 0
-  // dinp (N, C) += dout (N, OC) . weight (OC, C)
+  // dinp (N, C) += dout (N, OC) . weight (OC, C), dout's rows ld_dout apart.
   if (dinp != nullptr)
-    gemm(GemmDesc{.M = N, .N = C, .K = OC, .accumulate = true}, dout, weight, dinp);
+    gemm(GemmDesc{.M = N, .N = C, .K = OC, .accumulate = true, .lda = ld_dout}, dout, weight, dinp);
   // dweight (OC, C) += dout (N, OC)^T . inp (N, C)
   if (dweight != nullptr)
-    gemm(GemmDesc{.M = OC, .N = C, .K = N, .a_trans = true, .accumulate = true}, dout, inp,
-         dweight);
+    gemm(GemmDesc{.M = OC, .N = C, .K = N, .a_trans = true, .accumulate = true, .lda = ld_dout},
+         dout, inp, dweight);
 }
 
 template <typename Grad, typename In>
 void matmul_backward_weight_rows(Grad* dweight_rows, const In* dout, const In* inp, int64_t N,
-                                 int64_t C, int64_t OC, int64_t row0, int64_t rows) {
+                                 int64_t C, int64_t OC, int64_t row0, int64_t rows,
+                                 int64_t ld_dout) {
+  if (ld_dout == 0) ld_dout = OC;
+  FANOUT_ASSERT(ld_dout >= OC, "matmul_backward_weight_rows: ld_dout ", ld_dout, " < OC ", OC);
   if (N == 0 || C == 0 || rows == 0) return;
   // dweight[row0 : row0 + rows] (rows, C) += dout[:, row0 : row0 + rows]^T . inp (N, C):
-  // the block of dout's columns is A, stored transposed with its rows OC apart.
-  gemm(GemmDesc{.M = rows, .N = C, .K = N, .a_trans = true, .accumulate = true, .lda = OC},
+  // the block of dout's columns is A, stored transposed with its rows ld_dout apart.
+  gemm(GemmDesc{.M = rows, .N = C, .K = N, .a_trans = true, .accumulate = true, .lda = ld_dout},
        dout + row0, inp, dweight_rows);
 }
 
@@ -153,25 +176,30 @@ bool matmul_bf16_native() {
 }
 
 template void matmul_forward<double, double>(double*, const double*, const double*, int64_t,
-                                             int64_t, int64_t);
+                                             int64_t, int64_t, int64_t);
 template void matmul_forward<float, float>(float*, const float*, const float*, int64_t, int64_t,
-                                           int64_t);
+                                           int64_t, int64_t);
 template void matmul_forward<float, bf16>(float*, const bf16*, const bf16*, int64_t, int64_t,
-                                          int64_t);
-template void matmul_forward<bf16, bf16>(bf16*, const bf16*, const bf16*, int64_t, int64_t,
+                                          int64_t, int64_t);
+template void matmul_forward<bf16, bf16>(bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t,
                                          int64_t);
+template void matmul_forward_residual<float>(float*, const float*, const float*, const float*,
+                                             int64_t, int64_t, int64_t);
+template void matmul_forward_residual<bf16>(float*, const float*, const bf16*, const bf16*, int64_t,
+                                            int64_t, int64_t);
 template void matmul_backward<double, double>(double*, double*, const double*, const double*,
-                                              const double*, int64_t, int64_t, int64_t);
+                                              const double*, int64_t, int64_t, int64_t, int64_t);
 template void matmul_backward<float, float>(float*, float*, const float*, const float*,
-                                            const float*, int64_t, int64_t, int64_t);
+                                            const float*, int64_t, int64_t, int64_t, int64_t);
+template void matmul_backward<float, bf16>(float*, float*, const bf16*, const bf16*, const bf16*,
+                                           int64_t, int64_t, int64_t, int64_t);
 template void matmul_backward_weight_rows<double, double>(double*, const double*, const double*,
                                                           int64_t, int64_t, int64_t, int64_t,
-                                                          int64_t);
+                                                          int64_t, int64_t);
 template void matmul_backward_weight_rows<float, float>(float*, const float*, const float*, int64_t,
-                                                        int64_t, int64_t, int64_t, int64_t);
+                                                        int64_t, int64_t, int64_t, int64_t,
+                                                        int64_t);
 template void matmul_backward_weight_rows<float, bf16>(float*, const bf16*, const bf16*, int64_t,
-                                                       int64_t, int64_t, int64_t, int64_t);
-template void matmul_backward<float, bf16>(float*, float*, const bf16*, const bf16*, const bf16*,
-                                           int64_t, int64_t, int64_t);
+                                                       int64_t, int64_t, int64_t, int64_t, int64_t);
 
 }  // namespace fanout::ops::cpu

@@ -70,7 +70,7 @@ std::unique_ptr<const Primitive> primitive_create(const GemmDesc& g) {
   const int64_t lda = g.a_stride();
   dnnl::memory::desc a({g.M, g.K}, dnnl_type(g.in), g.a_trans ? dims{1, lda} : dims{lda, 1});
   dnnl::memory::desc b({g.K, g.N}, dnnl_type(g.in), g.b_trans ? dims{1, g.K} : dims{g.N, 1});
-  dnnl::memory::desc c({g.M, g.N}, dnnl_type(g.out), dims{g.N, 1});
+  dnnl::memory::desc c({g.M, g.N}, dnnl_type(g.out), dims{g.c_stride(), 1});
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (g.accumulate) {

@@ -15,14 +15,17 @@ namespace fanout::ops::cpu {
 // A is stored as (K, M); b_trans: B is stored as (N, K). A and B have dtype `in`
 // (f32 or bf16), C has dtype `out` (f32, or bf16 when not accumulating). Every
 // dimension is positive. lda: the distance between A's stored rows in elements
-// (0: dense, K or, transposed, M), so A can be a block of columns of a wider matrix.
+// (0: dense, K or, transposed, M), so A can be a block of columns of a wider matrix;
+// ldc: the distance between C's rows (0: N), so C can be padded logits whose
+// columns N..ldc are never touched.
 struct GemmDesc {
   int64_t M = 0, N = 0, K = 0;
   bool a_trans = false, b_trans = false;
   DType in = DType::f32, out = DType::f32;
   bool accumulate = false;
-  int64_t lda = 0;
+  int64_t lda = 0, ldc = 0;
   int64_t a_stride() const { return lda > 0 ? lda : (a_trans ? M : K); }
+  int64_t c_stride() const { return ldc > 0 ? ldc : N; }
   auto operator<=>(const GemmDesc&) const = default;
 };
 

@@ -7,8 +7,10 @@
 
 namespace fanout::ops::cuda {
 
+// working (n bf16 bits), unless null: the updated params rounded once, same pass.
 void adamw_update_f32(void* stream, float* params, const float* grads, float* m, float* v,
                       int64_t n, double lr, double beta1, double beta2, double eps,
-                      double weight_decay, int64_t step, float grad_scale);
+                      double weight_decay, int64_t step, float grad_scale,
+                      uint16_t* working = nullptr);
 
 }  // namespace fanout::ops::cuda

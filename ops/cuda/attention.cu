@@ -1,11 +1,13 @@
-// CUDA causal GQA attention: exact fp32 kernels written for clarity, not speed
-// (no tensor cores, no split over keys). Note [CUDA attention layout].
+// CUDA causal GQA attention: exact kernels written for clarity, not speed (no
+// tensor cores, no split over keys), with f32 or bf16 storage and fp32 math.
+// Note [CUDA attention layout].
 
 #include <math_constants.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "engine/core/bf16.cuh"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/common.cuh"
 
@@ -23,7 +25,10 @@ namespace fanout::ops::cuda {
 // dq_i = scale sum_j p_ij (dO_i.v_j - D_i) k_j over keys j <= i, and for key j
 // of kv head kh, over the query heads h of its group and queries i >= j,
 // dv_j = sum p_ij dO_i and dk_j = scale sum p_ij (dO_i.v_j - D_i) q_i. Every
-// output element is written by one warp: no atomics, deterministic.
+// output element is written by one warp: no atomics, deterministic. Storage is a
+// template parameter (X for q, k, v, out and dq, dk, dv; G for dout: float or
+// bf16 bits): rows widen to float as they are loaded into registers or shared
+// tiles, and each output rounds once at its store, as the CPU's bf16 kernels do.
 
 namespace {
 
@@ -50,12 +55,12 @@ __device__ inline int lane_id() {
 }
 
 // r[x] = row[lane + 32 x] (0 past D or when !valid).
-template <int R>
-__device__ inline void load_lanes(float (&r)[R], const float* row, int64_t D, bool valid) {
+template <int R, typename T>
+__device__ inline void load_lanes(float (&r)[R], const T* row, int64_t D, bool valid) {
 #pragma unroll
   for (int x = 0; x < R; ++x) {
     const int64_t d = lane_id() + kWarp * x;
-    r[x] = valid && d < D ? row[d] : 0.0f;
+    r[x] = valid && d < D ? load(row, d) : 0.0f;
   }
 }
 
@@ -82,30 +87,31 @@ __device__ inline void axpy_lanes(float (&acc)[R], float keep, float w, const fl
   }
 }
 
-template <int R>
-__device__ inline void store_lanes(float* row, const float (&r)[R], float mul, int64_t D) {
+template <int R, typename T>
+__device__ inline void store_lanes(T* row, const float (&r)[R], float mul, int64_t D) {
 #pragma unroll
   for (int x = 0; x < R; ++x) {
     const int64_t d = lane_id() + kWarp * x;
-    if (d < D) row[d] = r[x] * mul;
+    if (d < D) store(row, d, r[x] * mul);
   }
 }
 
 // dst (rows, D) <- rows of a strided tensor (row r at src + r * stride), by the block.
-__device__ inline void load_tile(float* dst, const float* src, int64_t stride, int64_t rows,
+template <typename T>
+__device__ inline void load_tile(float* dst, const T* src, int64_t stride, int64_t rows,
                                  int64_t D) {
   for (int64_t idx = threadIdx.x; idx < rows * D; idx += blockDim.x) {
     const int64_t r = idx / D, d = idx - r * D;
-    dst[idx] = src[r * stride + d];
+    dst[idx] = load(src, r * stride + d);
   }
 }
 
 // ---
 
 // grid (B*H, ceil(Tq / kRowWarps)): warp w of block y owns query i = y*kRowWarps + w.
-template <int R>
-__global__ void attention_forward_online(float* out, float* lse, const float* q, const float* k,
-                                         const float* v, Dims dm) {
+template <int R, typename X>
+__global__ void attention_forward_online(X* out, float* lse, const X* q, const X* k, const X* v,
+                                         Dims dm) {
   extern __shared__ float smem[];
   const int64_t D = dm.D;
   float* ks = smem;  // (tile, D)
@@ -146,7 +152,8 @@ __global__ void attention_forward_online(float* out, float* lse, const float* q,
 }
 
 // Di (B, H, T) = rowsum(dout o out), a warp per row.
-__global__ void attention_out_dot(float* Di, const float* dout, const float* out, Dims dm) {
+template <typename X, typename G>
+__global__ void attention_out_dot(float* Di, const G* dout, const X* out, Dims dm) {
   const int64_t rows = dm.B * dm.H * dm.Tq;
   const int64_t warps = int64_t(gridDim.x) * blockDim.x / kWarp;
   for (int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / kWarp; row < rows;
@@ -154,16 +161,16 @@ __global__ void attention_out_dot(float* Di, const float* dout, const float* out
     const int64_t b = row / (dm.H * dm.Tq), h = row / dm.Tq % dm.H, i = row % dm.Tq;
     const int64_t off = ((b * dm.Tq + i) * dm.H + h) * dm.D;
     float s = 0.0f;
-    for (int64_t d = lane_id(); d < dm.D; d += kWarp) s += dout[off + d] * out[off + d];
+    for (int64_t d = lane_id(); d < dm.D; d += kWarp) s += load(dout, off + d) * load(out, off + d);
     s = warp_sum(s);
     if (lane_id() == 0) Di[row] = s;
   }
 }
 
 // grid (B*H, ceil(T / kRowWarps)): warp w of block y owns query i; tiles of keys.
-template <int R>
-__global__ void attention_backward_dq(float* dq, const float* dout, const float* q, const float* k,
-                                      const float* v, const float* lse, const float* Di, Dims dm) {
+template <int R, typename X, typename G>
+__global__ void attention_backward_dq(X* dq, const G* dout, const X* q, const X* k, const X* v,
+                                      const float* lse, const float* Di, Dims dm) {
   extern __shared__ float smem[];
   const int64_t D = dm.D, T = dm.Tq;
   float* ks = smem;  // (tile, D)
@@ -200,10 +207,9 @@ __global__ void attention_backward_dq(float* dq, const float* dout, const float*
 
 // grid (B*KV, ceil(T / kRowWarps)): warp w of block y owns key j of kv head kh;
 // tiles of queries i >= j of every query head of the group.
-template <int R>
-__global__ void attention_backward_dkdv(float* dk, float* dv, const float* dout, const float* q,
-                                        const float* k, const float* v, const float* lse,
-                                        const float* Di, Dims dm) {
+template <int R, typename X, typename G>
+__global__ void attention_backward_dkdv(X* dk, X* dv, const G* dout, const X* q, const X* k,
+                                        const X* v, const float* lse, const float* Di, Dims dm) {
   extern __shared__ float smem[];
   const int64_t D = dm.D, T = dm.Tq, group = dm.H / dm.KV;
   float* qs = smem;                 // (tile, D)
@@ -263,83 +269,105 @@ dim3 row_grid(const char* op, int64_t heads, int64_t rows) {
               static_cast<unsigned>(row_blocks));
 }
 
-template <int R>
-void forward_launch(cudaStream_t s, float* out, float* lse, const float* q, const float* k,
-                    const float* v, const Dims& dm) {
-  const size_t smem = sizeof(float) * 2 * dm.tile * dm.D;
-  attention_forward_online<R>
-      <<<row_grid("attention_forward", dm.B * dm.H, dm.Tq), kRowWarps * kWarp, smem, s>>>(
-          out, lse, q, k, v, dm);
-  FANOUT_CUDA_LAUNCH_CHECK();
-}
-
-template <int R>
-void backward_launch(cudaStream_t s, float* dq, float* dk, float* dv, const float* dout,
-                     const float* q, const float* k, const float* v, const float* lse,
-                     const float* Di, const Dims& dm) {
-  const char* op = "attention_backward";
-  const size_t smem_dq = sizeof(float) * 2 * dm.tile * dm.D;
-  attention_backward_dq<R><<<row_grid(op, dm.B * dm.H, dm.Tq), kRowWarps * kWarp, smem_dq, s>>>(
-      dq, dout, q, k, v, lse, Di, dm);
-  FANOUT_CUDA_LAUNCH_CHECK();
-  const size_t smem_kv = sizeof(float) * (2 * dm.tile * dm.D + 2 * dm.tile);
-  attention_backward_dkdv<R><<<row_grid(op, dm.B * dm.KV, dm.Tq), kRowWarps * kWarp, smem_kv, s>>>(
-      dk, dv, dout, q, k, v, lse, Di, dm);
-  FANOUT_CUDA_LAUNCH_CHECK();
-}
-
 Dims make_dims(int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t KV, int64_t D) {
   Dims dm{B, Tq, Tk, H, KV, D, tile_rows(D), 0.0f};
   dm.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));  // as the CPU rounds it
   return dm;
 }
 
+// One launch per kernel, the lane layout R picked from regs (lane_registers).
+template <typename X>
+void forward_typed(cudaStream_t s, X* out, float* lse, const X* q, const X* k, const X* v,
+                   const Dims& dm, int regs) {
+  const size_t smem = sizeof(float) * 2 * dm.tile * dm.D;
+  const dim3 grid = row_grid("attention_forward", dm.B * dm.H, dm.Tq);
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, kRowWarps * kWarp, smem, s>>>(out, lse, q, k, v, dm);
+    FANOUT_CUDA_LAUNCH_CHECK();
+  };
+  switch (regs) {
+    case 1:
+      return launch(attention_forward_online<1, X>);
+    case 2:
+      return launch(attention_forward_online<2, X>);
+    case 4:
+      return launch(attention_forward_online<4, X>);
+    default:
+      return launch(attention_forward_online<8, X>);
+  }
+}
+
+template <typename X, typename G>
+void backward_typed(cudaStream_t s, X* dq, X* dk, X* dv, const G* dout, const X* q, const X* k,
+                    const X* v, const X* out, const float* lse, const Dims& dm, int regs) {
+  const char* op = "attention_backward";
+  StreamScratch scratch(sizeof(float) * dm.B * dm.H * dm.Tq, s);
+  const float* Di = scratch.as<float>();
+  attention_out_dot<X, G>
+      <<<grid_for(dm.B * dm.H * dm.Tq * kWarp), kBlock, 0, s>>>(scratch.as<float>(), dout, out, dm);
+  FANOUT_CUDA_LAUNCH_CHECK();
+  const size_t smem_dq = sizeof(float) * 2 * dm.tile * dm.D;
+  const size_t smem_kv = sizeof(float) * (2 * dm.tile * dm.D + 2 * dm.tile);
+  const dim3 grid_dq = row_grid(op, dm.B * dm.H, dm.Tq),
+             grid_kv = row_grid(op, dm.B * dm.KV, dm.Tq);
+  auto launch = [&](auto dq_kernel, auto dkdv_kernel) {
+    dq_kernel<<<grid_dq, kRowWarps * kWarp, smem_dq, s>>>(dq, dout, q, k, v, lse, Di, dm);
+    FANOUT_CUDA_LAUNCH_CHECK();
+    dkdv_kernel<<<grid_kv, kRowWarps * kWarp, smem_kv, s>>>(dk, dv, dout, q, k, v, lse, Di, dm);
+    FANOUT_CUDA_LAUNCH_CHECK();
+  };
+  switch (regs) {
+    case 1:
+      return launch(attention_backward_dq<1, X, G>, attention_backward_dkdv<1, X, G>);
+    case 2:
+      return launch(attention_backward_dq<2, X, G>, attention_backward_dkdv<2, X, G>);
+    case 4:
+      return launch(attention_backward_dq<4, X, G>, attention_backward_dkdv<4, X, G>);
+    default:
+      return launch(attention_backward_dq<8, X, G>, attention_backward_dkdv<8, X, G>);
+  }
+}
+
 }  // namespace
 
 // ---
 
-void attention_forward_f32(void* stream, float* out, float* lse, const float* q, const float* k,
-                           const float* v, int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t KV,
-                           int64_t D) {
-  const char* op = "attention_forward";
-  const int regs = lane_registers(op, D);
+void attention_forward_exact(void* stream, bool bf16, void* out, float* lse, const void* q,
+                             const void* k, const void* v, int64_t B, int64_t Tq, int64_t Tk,
+                             int64_t H, int64_t KV, int64_t D) {
+  const int regs = lane_registers("attention_forward", D);
   if (B <= 0 || Tq <= 0) return;
-  cudaStream_t s = stream_bind(stream);
+  BoundStream s(stream);
   const Dims dm = make_dims(B, Tq, Tk, H, KV, D);
-  switch (regs) {
-    case 1:
-      return forward_launch<1>(s, out, lse, q, k, v, dm);
-    case 2:
-      return forward_launch<2>(s, out, lse, q, k, v, dm);
-    case 4:
-      return forward_launch<4>(s, out, lse, q, k, v, dm);
-    default:
-      return forward_launch<8>(s, out, lse, q, k, v, dm);
+  if (bf16) {
+    using X = uint16_t;
+    forward_typed(s.get(), static_cast<X*>(out), lse, static_cast<const X*>(q),
+                  static_cast<const X*>(k), static_cast<const X*>(v), dm, regs);
+  } else {
+    forward_typed(s.get(), static_cast<float*>(out), lse, static_cast<const float*>(q),
+                  static_cast<const float*>(k), static_cast<const float*>(v), dm, regs);
   }
 }
 
-void attention_backward_f32(void* stream, float* dq, float* dk, float* dv, const float* dout,
-                            const float* q, const float* k, const float* v, const float* out,
-                            const float* lse, int64_t B, int64_t T, int64_t H, int64_t KV,
-                            int64_t D) {
-  const char* op = "attention_backward";
-  const int regs = lane_registers(op, D);
+void attention_backward_exact(void* stream, bool bf16, bool dout_bf16, void* dq, void* dk, void* dv,
+                              const void* dout, const void* q, const void* k, const void* v,
+                              const void* out, const float* lse, int64_t B, int64_t T, int64_t H,
+                              int64_t KV, int64_t D) {
+  const int regs = lane_registers("attention_backward", D);
   if (B <= 0 || T <= 0) return;
-  cudaStream_t s = stream_bind(stream);
+  BoundStream s(stream);
   const Dims dm = make_dims(B, T, T, H, KV, D);
-  StreamScratch Di(sizeof(float) * B * H * T, s);
-  attention_out_dot<<<grid_for(B * H * T * kWarp), kBlock, 0, s>>>(Di.as<float>(), dout, out, dm);
-  FANOUT_CUDA_LAUNCH_CHECK();
-  switch (regs) {
-    case 1:
-      return backward_launch<1>(s, dq, dk, dv, dout, q, k, v, lse, Di.as<float>(), dm);
-    case 2:
-      return backward_launch<2>(s, dq, dk, dv, dout, q, k, v, lse, Di.as<float>(), dm);
-    case 4:
-      return backward_launch<4>(s, dq, dk, dv, dout, q, k, v, lse, Di.as<float>(), dm);
-    default:
-      return backward_launch<8>(s, dq, dk, dv, dout, q, k, v, lse, Di.as<float>(), dm);
-  }
+  // One instantiation per (X, G), as the CPU dispatcher's.
+  auto run = [&]<typename X, typename G>() {
+    backward_typed<X, G>(s.get(), static_cast<X*>(dq), static_cast<X*>(dk), static_cast<X*>(dv),
+                         static_cast<const G*>(dout), static_cast<const X*>(q),
+                         static_cast<const X*>(k), static_cast<const X*>(v),
+                         static_cast<const X*>(out), lse, dm, regs);
+  };
+  if (bf16)
+    dout_bf16 ? run.operator()<uint16_t, uint16_t>() : run.operator()<uint16_t, float>();
+  else
+    dout_bf16 ? run.operator()<float, uint16_t>() : run.operator()<float, float>();
 }
 
 }  // namespace fanout::ops::cuda

@@ -1,32 +1,39 @@
 // CUDA fp32 <-> bf16 casts: grid-stride loops running the integer rounding of
-// engine/core/dtype.h (ties to even, NaN kept quiet) rather than the cuda_bf16.h
-// intrinsics, so the bits match the CPU by construction.
+// engine/core/dtype.h (ties to even, NaN kept quiet; bf16.cuh) rather than the
+// cuda_bf16.h intrinsics, so the bits match the CPU by construction. 8 elements a
+// step with 16-byte loads and stores where the two pointers align together
+// (elementwise.cuh), one at a time elsewhere.
 
 #include "ops/cuda/cast.h"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/elementwise.cuh"
 
 namespace fanout::ops::cuda {
 
 namespace {
 
-__device__ inline uint16_t float_to_bf16_bits(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN stays a (quiet) NaN
-  uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);       // ties to even
-  return static_cast<uint16_t>((u + rounding) >> 16);
+// dst = src, converted through float (rounded once when Dst is bf16).
+template <typename Dst, typename Src>
+__global__ void cast_elements(Dst* dst, const Src* src, int64_t n, VecSplit v) {
+  for (int64_t g = grid_thread(); g < v.groups; g += grid_stride()) {
+    const int64_t i = v.head + kVec * g;
+    float x[kVec];
+    load8(src + i, x);
+    store8(dst + i, x);
+  }
+  for (int64_t j = grid_thread(); j < v.scalar(n); j += grid_stride()) {
+    const int64_t i = v.scalar_index(j);
+    store(dst, i, load(src, i));
+  }
 }
 
-__global__ void f32_to_bf16_rne(uint16_t* dst, const float* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = float_to_bf16_bits(src[i]);
-}
-
-__global__ void bf16_to_f32_exact(float* dst, const uint16_t* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = __uint_as_float(static_cast<uint32_t>(src[i]) << 16);
+template <typename Dst, typename Src>
+void cast_launch(void* stream, Dst* dst, const Src* src, int64_t n) {
+  if (n <= 0) return;
+  const VecSplit v = vec_split(n, dst, src);
+  BoundStream s(stream);
+  cast_elements<<<grid_for(v.groups > 0 ? v.groups : n), kBlock, 0, s>>>(dst, src, n, v);
+  FANOUT_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -34,17 +41,11 @@ __global__ void bf16_to_f32_exact(float* dst, const uint16_t* src, int64_t n) {
 // ---
 
 void cast_f32_to_bf16(void* stream, uint16_t* dst, const float* src, int64_t n) {
-  if (n <= 0) return;
-  cudaStream_t s = stream_bind(stream);
-  f32_to_bf16_rne<<<grid_for(n), kBlock, 0, s>>>(dst, src, n);
-  FANOUT_CUDA_LAUNCH_CHECK();
+  cast_launch(stream, dst, src, n);
 }
 
 void cast_bf16_to_f32(void* stream, float* dst, const uint16_t* src, int64_t n) {
-  if (n <= 0) return;
-  cudaStream_t s = stream_bind(stream);
-  bf16_to_f32_exact<<<grid_for(n), kBlock, 0, s>>>(dst, src, n);
-  FANOUT_CUDA_LAUNCH_CHECK();
+  cast_launch(stream, dst, src, n);
 }
 
 }  // namespace fanout::ops::cuda

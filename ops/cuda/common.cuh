@@ -1,6 +1,6 @@
 #pragma once
 // Helpers shared by the CUDA op kernels in ops/cuda/*.cu: binding the calling
-// thread to a stream's device, grid sizes for grid-stride loops, warp and block
+// thread to a stream's device for a scope, grid sizes for grid-stride loops, warp and block
 // reductions, and stream-ordered scratch memory. Include only from .cu files.
 
 #include <cuda_runtime.h>
@@ -9,23 +9,31 @@
 
 #include "engine/core/check.h"
 #include "engine/core/cuda_check.h"
+#include "engine/core/cuda_guard.h"
 
 namespace fanout::ops::cuda {
 
 constexpr int kWarp = 32;
 constexpr int kBlock = 256;  // threads per block of the element-wise kernels
 
-// The cudaStream_t behind a Stream's void* handle, with the calling thread's
-// current device set to the stream's: a launch on another device's stream fails,
-// and DataParallel drives several devices from its threads.
-inline cudaStream_t stream_bind(void* stream) {
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  int device = -1, current = -1;
-  FANOUT_CUDA_CHECK(cudaStreamGetDevice(s, &device));
-  FANOUT_CUDA_CHECK(cudaGetDevice(&current));
-  if (device != current) FANOUT_CUDA_CHECK(cudaSetDevice(device));
-  return s;
-}
+// The cudaStream_t behind a Stream's void* handle, with the calling thread bound
+// to the stream's device for the scope (a launch on another device's stream
+// fails, and DataParallel drives several devices from its threads) and given its
+// previous device back at the end (Note [Device guards], cuda_runtime.cpp):
+//   BoundStream s(stream);  kernel<<<grid, block, 0, s>>>(...);
+class BoundStream {
+ public:
+  explicit BoundStream(void* stream)
+      : stream_(static_cast<cudaStream_t>(stream)), guard_(stream_) {}
+  BoundStream(const BoundStream&) = delete;
+  BoundStream& operator=(const BoundStream&) = delete;
+  operator cudaStream_t() const { return stream_; }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_;
+  CudaDeviceGuard guard_;
+};
 
 // Blocks for a grid-stride loop over n items: one item per thread up to a cap
 // (the loop covers the rest), at least one block.

@@ -18,4 +18,19 @@ void cross_entropy_backward_f32(void* stream, float* dlogits, const float* logit
                                 const int32_t* targets, int64_t N, int64_t V, int32_t ignore_index,
                                 float normalizer);
 
+// The same gradient, rounded once to bf16 into a separate dlogits (N, V).
+void cross_entropy_backward_f32_to_bf16(void* stream, uint16_t* dlogits, const float* logits,
+                                        const int32_t* targets, int64_t N, int64_t V,
+                                        int32_t ignore_index, float normalizer);
+
+// Note [Fused classifier] (ops/cross_entropy.h): bf16 logits, rows ld apart.
+// stats and lse (N) overwritten; a bad target gives a NaN loss, as above.
+void cross_entropy_fused_forward(void* stream, float* stats, float* lse, const uint16_t* logits,
+                                 const int32_t* targets, int64_t N, int64_t V, int64_t ld,
+                                 int32_t ignore_index);
+// logits become their gradient in place (NaN rows for bad targets).
+void cross_entropy_fused_backward(void* stream, uint16_t* logits, const float* lse,
+                                  const int32_t* targets, int64_t N, int64_t V, int64_t ld,
+                                  int32_t ignore_index, float normalizer);
+
 }  // namespace fanout::ops::cuda

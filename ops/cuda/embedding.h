@@ -10,9 +10,11 @@
 
 namespace fanout::ops::cuda {
 
-// out (N, C) = table (V, C)[ids (N)].
-void embedding_forward_f32(void* stream, float* out, const int32_t* ids, const float* table,
-                           int64_t N, int64_t C, int64_t V);
+// out (N, C) = table (V, C)[ids (N)]; Table float (f32) or uint16_t (bf16 bits,
+// widened exactly).
+template <typename Table>
+void embedding_forward(void* stream, float* out, const int32_t* ids, const Table* table, int64_t N,
+                       int64_t C, int64_t V);
 
 // dtable (V, C) += scatter of dout (N, C) by ids (N), with atomicAdd: repeated ids
 // accumulate, in an order that varies from run to run.

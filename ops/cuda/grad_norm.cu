@@ -40,7 +40,7 @@ __global__ void sum_partials_to_float(float* out, const double* partial, int cou
 // ---
 
 void norm_squared_f32(void* stream, float* out, const float* buf, int64_t n) {
-  cudaStream_t s = stream_bind(stream);
+  BoundStream s(stream);
   const int blocks = static_cast<int>(std::min<int64_t>(grid_for(n), kMaxPartials));
   StreamScratch partial(sizeof(double) * blocks, s);
   if (n > 0) {

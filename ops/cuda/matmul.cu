@@ -1,118 +1,94 @@
-// CUDA matmul through cublasSgemm. cuBLAS is column-major: a row-major (R, K)
-// matrix is the column-major (K, R) matrix with leading dimension K, i.e. its
-// transpose, so each row-major product Y = A B is issued as Y^T = B^T A^T:
-//   out^T (OC, N)    = W (OC, C)    inp^T (C, N)    -> sgemm(T, N, OC, N, C)
-//   dinp^T (C, N)   += W^T (C, OC)  dout^T (OC, N)  -> sgemm(N, N, C, N, OC)
-//   dweight^T (C, OC) += inp^T (C, N) dout (N, OC)  -> sgemm(N, T, C, OC, N)
+// CUDA matmul: each op is one column-major GEMM as ops/gemm_plan.h maps it (Note
+// [Row-major ops as column-major GEMMs]), run by ops/cuda/gemm_cublas.h:
+// cublasSgemm for f32 inputs, cuBLASLt for bf16.
 
-#include <cublas_v2.h>
-
-#include <map>
-#include <mutex>
-#include <utility>
-
-#include "ops/cuda/common.cuh"
 #include "ops/cuda/matmul.h"
 
-#define FANOUT_CUBLAS_CHECK(expr)                                                                 \
-  do {                                                                                            \
-    cublasStatus_t fanout_st_ = (expr);                                                           \
-    if (fanout_st_ != CUBLAS_STATUS_SUCCESS) {                                                    \
-      int fanout_dev_ = -1;                                                                       \
-      cudaGetDevice(&fanout_dev_);                                                                \
-      ::fanout::detail::throw_error(::fanout::detail::str_cat(                                    \
-          "cuBLAS error on cuda:", fanout_dev_, ": ", cublasGetStatusString(fanout_st_), " in `", \
-          #expr, "` at ", __FILE__, ":", __LINE__));                                              \
-    }                                                                                             \
-  } while (0)
+#include "engine/core/check.h"
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/gemm_cublas.h"
+#include "ops/gemm_plan.h"
 
 namespace fanout::ops::cuda {
 
 namespace {
 
-// The handle for (current device, stream), created on first use and bound to the
-// stream. A handle is not safe to share between threads, a stream is used by
-// one thread at a time, so one per stream. Never destroyed: handles outlive
-// streams (a new stream at a reused address on the same device simply reuses
-// its handle, already bound to that address), and destroying them at exit,
-// after the CUDA runtime may have shut down, could crash.
-cublasHandle_t cublas_handle(cudaStream_t stream) {
-  static std::mutex mu;
-  static auto* handles = new std::map<std::pair<int, cudaStream_t>, cublasHandle_t>();
-  int device = -1;
-  FANOUT_CUDA_CHECK(cudaGetDevice(&device));
-  std::lock_guard<std::mutex> lock(mu);
-  auto [it, inserted] = handles->try_emplace({device, stream}, nullptr);
-  if (inserted) {
-    cublasHandle_t h = nullptr;
-    try {
-      FANOUT_CUBLAS_CHECK(cublasCreate(&h));
-      FANOUT_CUBLAS_CHECK(cublasSetStream(h, stream));
-      // fp32 arithmetic throughout: no TF32 tensor-core shortcut.
-      FANOUT_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
-      FANOUT_CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
-    } catch (...) {
-      if (h) cublasDestroy(h);
-      handles->erase(it);
-      throw;
-    }
-    it->second = h;
+// D = op(A) op(B) + beta C for inputs of dtype `in`. cublasSgemm accumulates in
+// place, so an f32 C other than D is first copied into D's valid rows.
+void gemm(cudaStream_t s, const ColMajorGemm& g, DType in, const void* A, const void* B, float beta,
+          const void* C, void* D, DType cd) {
+  if (in == DType::bf16) {
+    gemm_bf16(s, g, A, B, beta, C, D, cd);
+    return;
   }
-  return it->second;
+  FANOUT_ASSERT(in == DType::f32 && cd == DType::f32, "matmul: ", dtype_name(in), " inputs with ",
+                dtype_name(cd), " out");
+  if (beta != 0.0f && C != D) {
+    FANOUT_CUDA_CHECK(cudaMemcpy2DAsync(D, g.ldc * sizeof(float), C, g.ldc * sizeof(float),
+                                        g.m * sizeof(float), g.n, cudaMemcpyDeviceToDevice, s));
+  }
+  gemm_f32(s, g, static_cast<const float*>(A), static_cast<const float*>(B), beta,
+           static_cast<float*>(D));
 }
 
 }  // namespace
 
 // ---
 
-void matmul_forward_f32(void* stream, float* out, const float* inp, const float* weight, int64_t N,
-                        int64_t C, int64_t OC) {
-  const char* op = "matmul_forward";
+void matmul_forward(void* stream, void* out, DType out_dtype, const void* inp, const void* weight,
+                    DType in, int64_t N, int64_t C, int64_t OC, int64_t ld_out) {
   if (N <= 0 || OC <= 0) return;
-  cudaStream_t s = stream_bind(stream);
+  BoundStream s(stream);
   if (C <= 0) {  // an empty sum: out = 0 (cuBLAS' k = 0 path is not relied on)
-    FANOUT_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * N * OC, s));
+    const size_t es = dtype_size(out_dtype);
+    FANOUT_CUDA_CHECK(cudaMemset2DAsync(out, ld_out * es, 0, OC * es, N, s));
     return;
   }
-  const int n = checked_int(op, "N", N), c = checked_int(op, "C", C),
-            oc = checked_int(op, "OC", OC);
-  const float one = 1.0f, zero = 0.0f;
-  FANOUT_CUBLAS_CHECK(cublasSgemm(cublas_handle(s), CUBLAS_OP_T, CUBLAS_OP_N, oc, n, c, &one,
-                                  weight, c, inp, c, &zero, out, oc));
+  // out^T (OC, N) = W (OC, C) inp^T (C, N); out is not read (beta 0).
+  gemm(s, gemm_plan_forward(N, C, OC, ld_out), in, weight, inp, 0.0f, out, out, out_dtype);
 }
 
-void matmul_backward_f32(void* stream, float* dinp, float* dweight, const float* dout,
-                         const float* inp, const float* weight, int64_t N, int64_t C, int64_t OC) {
-  const char* op = "matmul_backward";
-  if (C <= 0) return;
-  cudaStream_t s = stream_bind(stream);
-  const int n = checked_int(op, "N", N), c = checked_int(op, "C", C),
-            oc = checked_int(op, "OC", OC);
-  const float one = 1.0f;
-  cublasHandle_t h = cublas_handle(s);
-  // dinp += dout weight: a sum over OC; nothing to add when OC == 0.
-  if (dinp != nullptr && n > 0 && oc > 0)
-    FANOUT_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, c, n, oc, &one, weight, c, dout,
-                                    oc, &one, dinp, c));
-  // dweight += dout^T inp: a sum over N; nothing to add when N == 0.
-  if (dweight != nullptr && oc > 0 && n > 0)
-    FANOUT_CUBLAS_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, c, oc, n, &one, inp, c, dout, oc,
-                                    &one, dweight, c));
+void matmul_forward_residual(void* stream, float* out, const float* residual, const void* inp,
+                             const void* weight, DType in, int64_t N, int64_t C, int64_t OC) {
+  if (N <= 0 || OC <= 0) return;
+  BoundStream s(stream);
+  if (C <= 0) {  // out = residual + an empty sum
+    if (out != residual) {
+      FANOUT_CUDA_CHECK(
+          cudaMemcpyAsync(out, residual, sizeof(float) * N * OC, cudaMemcpyDeviceToDevice, s));
+    }
+    return;
+  }
+  // One GEMM with beta 1: C = residual, D = out (Lt reads C and writes D in one pass).
+  gemm(s, gemm_plan_forward(N, C, OC, OC), in, weight, inp, 1.0f, residual, out, DType::f32);
 }
 
-void matmul_backward_weight_rows_f32(void* stream, float* dweight_rows, const float* dout,
-                                     const float* inp, int64_t N, int64_t C, int64_t OC,
-                                     int64_t row0, int64_t rows) {
-  const char* op = "matmul_backward_weight_rows";
+void matmul_backward(void* stream, float* dinp, float* dweight, const void* dout, const void* inp,
+                     const void* weight, DType in, int64_t N, int64_t C, int64_t OC,
+                     int64_t ld_dout) {
+  if (C <= 0 || N <= 0 || OC <= 0) return;  // every product is empty or adds 0
+  BoundStream s(stream);
+  // dinp^T (C, N) += W^T (C, OC) dout^T (OC, N)
+  if (dinp != nullptr) {
+    gemm(s, gemm_plan_backward_inp(N, C, OC, ld_dout), in, weight, dout, 1.0f, dinp, dinp,
+         DType::f32);
+  }
+  // dweight^T (C, OC) += inp^T (C, N) dout (N, OC)
+  if (dweight != nullptr) {
+    gemm(s, gemm_plan_backward_weight(N, C, 0, OC, ld_dout), in, inp, dout, 1.0f, dweight, dweight,
+         DType::f32);
+  }
+}
+
+void matmul_backward_weight_rows(void* stream, float* dweight_rows, const void* dout,
+                                 const void* inp, DType in, int64_t N, int64_t C, int64_t row0,
+                                 int64_t rows, int64_t ld_dout) {
   if (C <= 0 || N <= 0 || rows <= 0) return;
-  cudaStream_t s = stream_bind(stream);
-  const int n = checked_int(op, "N", N), c = checked_int(op, "C", C),
-            r = checked_int(op, "rows", rows), ld = checked_int(op, "OC", OC);
-  const float one = 1.0f;
-  // Column-major view: dweight_rows^T (C, rows) += inp^T (C, N) . block (N, rows),
-  // the block's columns OC apart in dout.
-  FANOUT_CUBLAS_CHECK(cublasSgemm(cublas_handle(s), CUBLAS_OP_N, CUBLAS_OP_T, c, r, n, &one, inp, c,
-                                  dout + row0, ld, &one, dweight_rows, c));
+  BoundStream s(stream);
+  // dweight_rows^T (C, rows) += inp^T (C, N) . block (N, rows), the block's columns
+  // ld_dout apart in dout, starting at column row0.
+  gemm(s, gemm_plan_backward_weight(N, C, row0, rows, ld_dout), in, inp, dout, 1.0f, dweight_rows,
+       dweight_rows, DType::f32);
 }
 
 }  // namespace fanout::ops::cuda

@@ -1,6 +1,8 @@
 #pragma once
 // CUDA launchers behind ops/rope.h (rope.cu), queued on a cudaStream_t passed as
-// void*. Same semantics as ops/cpu/rope.h; angles, cos and sin in double.
+// void*. Same semantics as ops/cpu/rope.h; angles, cos and sin in double. X is
+// float (f32 rows, rotated in double) or uint16_t (bf16 bits, rotated in float and
+// rounded once).
 
 #include <cstdint>
 
@@ -9,11 +11,13 @@
 namespace fanout::ops::cuda {
 
 // out (B, T, H, D) = rope(inp); out may alias inp. D even.
-void rope_forward_f32(void* stream, float* out, const float* inp, int64_t B, int64_t T, int64_t H,
-                      int64_t D, const RopeFreq& freq, int64_t pos_offset);
+template <typename X>
+void rope_forward(void* stream, X* out, const X* inp, int64_t B, int64_t T, int64_t H, int64_t D,
+                  const RopeFreq& freq, int64_t pos_offset);
 
 // dinp (B, T, H, D) = rotation of dout by the negative angle; dinp may alias dout.
-void rope_backward_f32(void* stream, float* dinp, const float* dout, int64_t B, int64_t T,
-                       int64_t H, int64_t D, const RopeFreq& freq, int64_t pos_offset);
+template <typename X>
+void rope_backward(void* stream, X* dinp, const X* dout, int64_t B, int64_t T, int64_t H, int64_t D,
+                   const RopeFreq& freq, int64_t pos_offset);
 
 }  // namespace fanout::ops::cuda

@@ -1,16 +1,21 @@
 #pragma once
 // CUDA launchers behind ops/swiglu.h (swiglu.cu), queued on a cudaStream_t passed
-// as void*. Same semantics as ops/cpu/swiglu.h: gradients may alias their inputs.
+// as void*. Same semantics as ops/cpu/swiglu.h: fp32 math, one rounding per store,
+// gradients may alias their inputs. Storage types: float (f32) or uint16_t (bf16
+// bits), instantiated for every combination ops/swiglu.h allows.
 
 #include <cstdint>
 
 namespace fanout::ops::cuda {
 
-// out (n) = silu(gate) * up.
-void swiglu_forward_f32(void* stream, float* out, const float* gate, const float* up, int64_t n);
+// out (n) = silu(gate) * up; X for all three.
+template <typename X>
+void swiglu_forward(void* stream, X* out, const X* gate, const X* up, int64_t n);
 
-// dgate, dup (n) overwritten from dout (n).
-void swiglu_backward_f32(void* stream, float* dgate, float* dup, const float* dout,
-                         const float* gate, const float* up, int64_t n);
+// dgate, dup (n) overwritten from dout (n); X for gate, up and their gradients, G
+// for dout.
+template <typename X, typename G>
+void swiglu_backward(void* stream, X* dgate, X* dup, const G* dout, const X* gate, const X* up,
+                     int64_t n);
 
 }  // namespace fanout::ops::cuda

@@ -1,14 +1,16 @@
 // AdamW: three steps against torch's formula written out in double, against values
 // recorded from torch.optim.AdamW, decoupled weight decay, grad_scale, and the f32
-// dispatch against double.
+// dispatch against double; the bf16 working copy written in the same pass.
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "engine/core/check.h"
 #include "ops/adamw.h"
+#include "ops/cast.h"
 #include "ops/cpu/adamw.h"
 #include "tests/ops/op_test_util.h"
 
@@ -182,4 +184,39 @@ TEST_CASE("adamw rejects a step count below one and invalid betas") {
   ops::AdamWConfig bad = kConfig;
   bad.beta2 = 1.0f;
   CHECK_THROWS_AS(ops::adamw_update(s, t, t, t, t, 1, bad, 1, 1.0f), Error);
+}
+
+TEST_CASE("adamw writing the bf16 working copy equals adamw then cast_f32_to_bf16, bit for bit") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  // 10007 crosses the 4096-element chunks; 5 and 1 stay inside one.
+  for (int64_t n : kSizes) {
+    CAPTURE(n);
+    State init = initial_state(n, 7);
+    Tensor p1 = f32_tensor(s, init.p, {n}), p2 = f32_tensor(s, init.p, {n});
+    Tensor m1 = f32_tensor(s, init.m, {n}), m2 = f32_tensor(s, init.m, {n});
+    Tensor v1 = f32_tensor(s, init.v, {n}), v2 = f32_tensor(s, init.v, {n});
+    Tensor w_fused = Tensor::empty({n}, DType::bf16, s.device());
+    Tensor w_cast = Tensor::empty({n}, DType::bf16, s.device());
+    for (int64_t step = 1; step <= 3; ++step) {
+      Tensor g = f32_tensor(s, random_vector(n, 30 + step), {n});
+      ops::adamw_update(s, p1, g, m1, v1, n, kConfig, step, 0.5f, w_fused);
+      ops::adamw_update(s, p2, g, m2, v2, n, kConfig, step, 0.5f);
+      ops::cast_f32_to_bf16(s, w_cast, p2, n);
+      // The fp32 state is what it is without the working copy.
+      CHECK(tensor_to_vector<float>(s, p1) == tensor_to_vector<float>(s, p2));
+      CHECK(tensor_to_vector<float>(s, m1) == tensor_to_vector<float>(s, m2));
+      CHECK(tensor_to_vector<float>(s, v1) == tensor_to_vector<float>(s, v2));
+      std::vector<uint16_t> fused = tensor_to_vector<uint16_t>(s, w_fused);
+      CHECK(fused == tensor_to_vector<uint16_t>(s, w_cast));
+      CHECK(std::any_of(fused.begin(), fused.end(), [](uint16_t b) { return (b & 0x7fff) != 0; }));
+    }
+  }
+}
+
+TEST_CASE("adamw takes the working copy as bf16 of n elements only") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  Tensor t = f32_tensor(s, {1.0, 2.0}, {2});
+  CHECK_THROWS(ops::adamw_update(s, t, t, t, t, 2, kConfig, 1, 1.0f, f32_tensor(s, {0, 0}, {2})));
+  CHECK_THROWS(ops::adamw_update(s, t, t, t, t, 2, kConfig, 1, 1.0f,
+                                 Tensor::empty({1}, DType::bf16, s.device())));
 }

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -58,5 +59,42 @@ TEST_CASE("flat_round_bf16 rounds like float_to_bf16 and flat_add sums bf16 into
     bool summed = true;
     for (int64_t i = 1; i < n; ++i) summed &= out[i] == acc[i] + bf16_to_float(bits[i]);
     CHECK(summed);
+  }
+}
+
+TEST_CASE(
+    "flat_add_round_bf16 is one fp32 add of rounded values, rounded; flat_widen_bf16 is exact") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (int64_t n : {1, 65537, 200003}) {
+    CAPTURE(n);
+    std::vector<float> src(n);
+    std::vector<uint16_t> acc(n);
+    for (int64_t i = 0; i < n; ++i) {
+      src[i] = std::ldexp(1.0f + static_cast<float>(i % 613) / 613.0f, static_cast<int>(i % 9) - 4);
+      if (i % 3 == 0) src[i] = -src[i];
+      acc[i] = float_to_bf16(static_cast<float>(i % 11) - 5.0f + 1.0f / 256);
+    }
+    Tensor t_src = tensor_from_vector(s, src, {n}, DType::f32, cpu_device(0));
+    Tensor t_acc = tensor_from_vector(s, acc, {n}, DType::bf16, cpu_device(0));
+    Tensor t_src16 = Tensor::empty({n}, DType::bf16, cpu_device(0));
+    flat_round_bf16(s, t_src16, t_src);
+    flat_add_round_bf16(s, t_acc, t_src);    // acc = round(acc + round(src))
+    flat_add_round_bf16(s, t_acc, t_src16);  // a bf16 src is its own rounding
+    std::vector<uint16_t> out = tensor_to_vector<uint16_t>(s, t_acc);
+    bool ok = true, changed = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const float r = bf16_to_float(float_to_bf16(src[i]));
+      const uint16_t once = float_to_bf16(bf16_to_float(acc[i]) + r);
+      ok &= out[i] == float_to_bf16(bf16_to_float(once) + r);
+      changed |= out[i] != acc[i];
+    }
+    CHECK(ok);
+    CHECK(changed);
+    Tensor wide = Tensor::empty({n}, DType::f32, cpu_device(0));
+    flat_widen_bf16(s, wide, t_acc);
+    std::vector<float> w = tensor_to_vector<float>(s, wide);
+    bool exact = true;
+    for (int64_t i = 0; i < n; ++i) exact &= w[i] == bf16_to_float(out[i]);
+    CHECK(exact);
   }
 }

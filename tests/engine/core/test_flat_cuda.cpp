@@ -1,9 +1,14 @@
-// GPU: the flat-buffer kernels agree exactly with the CPU versions.
+// GPU: the flat-buffer kernels agree exactly with the CPU versions, the bf16 ones
+// (--grad-comm bf16's rounding, sums and ring hops) included.
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <tuple>
 
+#include "engine/core/dtype.h"
 #include "engine/core/flat.h"
 
 using namespace fanout;
@@ -40,4 +45,45 @@ TEST_CASE("copies between cpu and cuda devices round-trip") {
   tensor_copy(gpu, back, dev);
   gpu.synchronize();
   CHECK(std::memcmp(back.raw(), v.data(), v.size() * 4) == 0);
+}
+
+TEST_CASE("flat bf16 rounding, bf16 sums, ring hops and widening on cuda:0 equal the CPU bits") {
+  Stream gpu(cuda_device(0), "cuda:0 compute");
+  Stream cpu(cpu_device(0), "cpu:0 compute");
+  for (int64_t n : {1, 255, 257, 1000003}) {
+    CAPTURE(n);
+    std::vector<float> src(n), acc(n);
+    for (int64_t i = 0; i < n; ++i) {
+      src[i] =
+          std::ldexp(1.0f + static_cast<float>(i % 977) / 977.0f, static_cast<int>(i % 40) - 20);
+      if (i % 2) src[i] = -src[i];
+      if (i % 7 == 3) src[i] = bf16_to_float(float_to_bf16(src[i])) * (1.0f + 1.0f / 256);  // a tie
+      acc[i] = static_cast<float>(i % 7) - 3.0f;
+    }
+    src[0] = std::numeric_limits<float>::quiet_NaN();
+    // The same calls on both devices; every result compared bit for bit.
+    auto run = [&](Stream& s, Device d) {
+      Tensor t_src = tensor_from_vector(s, src, {n}, DType::f32, d);
+      Tensor t_acc = tensor_from_vector(s, acc, {n}, DType::f32, d);
+      Tensor t_b16 = Tensor::empty({n}, DType::bf16, d);
+      Tensor t_hop = Tensor::empty({n}, DType::bf16, d);
+      Tensor t_wide = Tensor::empty({n}, DType::f32, d);
+      flat_round_bf16(s, t_b16, t_src);
+      flat_round_bf16(s, t_hop, t_acc);
+      flat_add(s, t_acc, t_b16);             // fp32 += widened bf16
+      flat_add_round_bf16(s, t_hop, t_src);  // round(hop + round(src))
+      flat_add_round_bf16(s, t_hop, t_b16);
+      flat_widen_bf16(s, t_wide, t_hop);
+      return std::make_tuple(
+          tensor_to_vector<uint16_t>(s, t_b16), tensor_to_vector<uint32_t>(s, t_acc),
+          tensor_to_vector<uint16_t>(s, t_hop), tensor_to_vector<uint32_t>(s, t_wide));
+    };
+    auto [b16_c, acc_c, hop_c, wide_c] = run(cpu, cpu_device(0));
+    auto [b16_g, acc_g, hop_g, wide_g] = run(gpu, cuda_device(0));
+    CHECK(b16_g == b16_c);
+    CHECK(acc_g == acc_c);
+    CHECK(hop_g == hop_c);
+    CHECK(wide_g == wide_c);
+    CHECK(std::isnan(bf16_to_float(b16_g[0])));
+  }
 }

@@ -1,7 +1,8 @@
 // GPU: NcclCollectives between distinct GPUs (up to four) against plain host sums:
 // broadcast, all-reduce, and reduce-scatter / all-gather over uneven shards (one of
 // a single element, one empty), on sub-ranges, from small integers so every
-// comparison is exact. Each case returns early, after a MESSAGE saying why, on a
+// comparison is exact; bf16 sums (--grad-comm bf16) against the local collectives,
+// bit for bit. Each case returns early, after a MESSAGE saying why, on a
 // machine with fewer than two GPUs or a build without NCCL.
 
 #include <doctest/doctest.h>
@@ -199,4 +200,53 @@ TEST_CASE("NCCL all-gather over uneven shards gives every GPU each owner's value
       CHECK(out == expect);
     }
   }
+}
+
+TEST_CASE("NCCL bf16 sums give the local collectives' bits and move their bytes") {
+  // Note [bf16 sums over NCCL]: bf16 on the wire, the sums in fp32 in rank order,
+  // as LocalCollectives does them on the same GPUs.
+  std::unique_ptr<Gpus> g = gpus_or_skip();
+  if (!g) return;
+  std::unique_ptr<parallel::Collectives> local = parallel::make_local_collectives();
+  g->nccl->set_sum_dtype(DType::bf16);
+  local->set_sum_dtype(DType::bf16);
+  const std::vector<int64_t> bounds = uneven_bounds(g->ranks());
+  const int64_t n = bounds.back(), begin = 1, end = n - 3;
+  // Values bf16 cannot hold, so every rounding shows.
+  std::vector<std::vector<float>> in;
+  for (int r = 0; r < g->ranks(); ++r) {
+    std::vector<float> v = values_of(r, n);
+    for (int64_t i = 0; i < n; ++i) v[i] += static_cast<float>((i * 131 + r * 17) % 1009) / 1009.0f;
+    in.push_back(v);
+  }
+  auto run = [&](const char* what, auto&& op) {
+    CAPTURE(what);
+    std::vector<Tensor> via_nccl = upload(*g, in), via_local = upload(*g, in);
+    g->nccl->reset_bytes_moved();
+    local->reset_bytes_moved();
+    op(*g->nccl, via_nccl);
+    op(*local, via_local);
+    std::vector<std::vector<float>> got = download(*g, via_nccl), want = download(*g, via_local);
+    bool rounded = false;  // some element is not the plain fp32 sum
+    for (int r = 0; r < g->ranks(); ++r) {
+      CAPTURE(r);
+      CHECK(got[r] == want[r]);
+      for (int64_t i = begin; i < end; ++i) {
+        float sum = 0;
+        for (int q = 0; q < g->ranks(); ++q) sum += in[q][i];
+        rounded |= got[r][i] != sum && got[r][i] != in[r][i];
+      }
+    }
+    CHECK(rounded);
+    CHECK(g->nccl->bytes_moved() == local->bytes_moved());
+  };
+  run("reduce", [&](parallel::Collectives& c, const std::vector<Tensor>& bufs) {
+    c.reduce(bufs, g->streams, g->ranks() - 1, begin, end);
+  });
+  run("all-reduce", [&](parallel::Collectives& c, const std::vector<Tensor>& bufs) {
+    c.all_reduce(bufs, g->streams, begin, end);
+  });
+  run("reduce-scatter", [&](parallel::Collectives& c, const std::vector<Tensor>& bufs) {
+    c.reduce_scatter(bufs, g->streams, bounds, begin, end);
+  });
 }
