@@ -11,6 +11,7 @@
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
+#include "ops/gemm_plan.h"
 #include "ops/matmul.h"
 #include "ops/residual.h"
 #include "ops/rmsnorm.h"
@@ -41,6 +42,9 @@ namespace fanout::models {
 // the range and precision of fp32; gradients are summed over micro-batches and
 // replicas, where rounding would bias the update. Every kernel computes in fp32
 // and rounds once at its store (round to nearest even, engine/core/dtype.h).
+// One exception, on CUDA devices: the LM head writes its logits in bf16 for the
+// fused classifier (Note [Fused classifier], ops/cross_entropy.h), which reads
+// them in fp32 as torch.autocast does; set_fused_classifier picks it elsewhere.
 // Checkpoints hold the fp32 master weights whatever the precision.
 
 // --- activation arena -------------------------------------------------------
@@ -56,13 +60,16 @@ struct LlamaModel::Arena {
   Tensor storage_f32, storage_x;
   std::vector<Tensor> res;  // L + 1 residual streams
   std::vector<Layer> layers;
-  Tensor lnf, rstdf, logits;
+  // The head: f32 logits, or under the fused classifier bf16 logits (N rows ld
+  // apart, their gradient in place) and each row's lse.
+  Tensor lnf, rstdf, logits, logits_x, lse_head;
   // scratch
   Tensor tmp_c, dres, dln, datt, dq, dk, dv, dact, dgate, dup;
-  // bf16 only: the GEMM-side copies of dres and of dlogits
+  // bf16 only: the GEMM-side copies of dres and (unfused) of dlogits
   Tensor dres_x, dlogits_x;
 
-  Arena(const LlamaConfig& c, Device device, int64_t N, DType X) : capacity(N) {
+  Arena(const LlamaConfig& c, Device device, int64_t N, DType X, bool fused, int64_t ld)
+      : capacity(N) {
     int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
     int64_t Hd = c.num_attention_heads * c.head_dim, KVd = c.num_key_value_heads * c.head_dim;
     int64_t H = c.num_attention_heads, L = c.num_hidden_layers;
@@ -85,11 +92,16 @@ struct LlamaModel::Arena {
       want(&l.rstd2, N, F), want(&l.gate, N * I, X), want(&l.up, N * I, X);
       want(&l.act, N * I, X);
     }
-    want(&lnf, N * C, X), want(&rstdf, N, F), want(&logits, N * V, F);
+    want(&lnf, N * C, X), want(&rstdf, N, F);
+    if (fused)
+      want(&logits_x, N * ld, X), want(&lse_head, N, F);
+    else
+      want(&logits, N * V, F);
     want(&tmp_c, N * C, F), want(&dres, N * C, F), want(&dln, N * C, F), want(&datt, N * Hd, F);
     want(&dq, N * Hd, X), want(&dk, N * KVd, X), want(&dv, N * KVd, X);
     want(&dact, N * I, F), want(&dgate, N * I, X), want(&dup, N * I, X);
-    if (X != F) want(&dres_x, N * C, X), want(&dlogits_x, N * V, X);
+    if (X != F) want(&dres_x, N * C, X);
+    if (X != F && !fused) want(&dlogits_x, N * V, X);
     storage_f32 = Tensor::empty({total[0]}, F, device, MemTag::activations);
     if (total[1] > 0) storage_x = Tensor::empty({total[1]}, X, device, MemTag::activations);
     int64_t at[2] = {0, 0};
@@ -109,6 +121,8 @@ LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_nam
                "the working dtype must be f32 or bf16, got ", dtype_name(working));
   stream_ = std::make_unique<Stream>(
       device, stream_name.empty() ? device.str() + " compute" : std::move(stream_name));
+  ld_ = config_.vocab_size;
+  if (working == DType::bf16 && device.is_cuda()) set_fused_classifier(true);
   const int64_t L = config_.num_hidden_layers;
   units_.push_back({layout_.embed(), layout_.embed() + config_.vocab_size * config_.hidden_size});
   for (int64_t l = 0; l < L; ++l) units_.push_back({layout_.layer(l).begin, layout_.layer(l).end});
@@ -148,6 +162,13 @@ LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_nam
     grad_ranges_.push_back({head.begin, layout_.lm_head()});
     parts(layout_.lm_head());
   }
+}
+
+void LlamaModel::set_fused_classifier(bool on) {
+  FANOUT_ASSERT(!on || working_dtype_ == DType::bf16, "the fused classifier needs bf16 weights");
+  FANOUT_ASSERT(!arena_, "set_fused_classifier after the first forward");
+  fused_classifier_ = on;
+  ld_ = on ? ops::vocab_padded(config_.vocab_size) : config_.vocab_size;
 }
 
 // Note [Lazy flat buffers]: the flat parameters and gradients are allocated at
@@ -318,7 +339,7 @@ void LlamaModel::reserve(int64_t rows, int64_t seq_len) {
   if (arena_ && arena_->capacity >= N) return;
   stream_->synchronize();  // the old arena may still be in use by queued work
   arena_.reset();
-  arena_ = std::make_unique<Arena>(config_, device_, N, working_dtype_);
+  arena_ = std::make_unique<Arena>(config_, device_, N, working_dtype_, fused_classifier_, ld_);
 }
 
 // --- forward ----------------------------------------------------------------
@@ -337,6 +358,16 @@ void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
   int64_t Hd = H * D, KVd = KV * D;
   float eps = static_cast<float>(c.rms_norm_eps);
   StreamSpan span(s, "forward");
+  // out = residual + inp W^T (W (C, K)): one GEMM whose epilogue adds the residual
+  // on CUDA devices (cuBLASLt's C != D); on CPU devices the product and the add,
+  // as before (the fold saves nothing there).
+  auto project_add = [&](const Tensor& out, const Tensor& residual, const Tensor& inp,
+                         const Tensor& weight, int64_t K) {
+    if (device_.is_cuda())
+      return ops::matmul_forward_residual(s, out, residual, inp, weight, N, K, C);
+    ops::matmul_forward(s, a.tmp_c, inp, weight, N, K, C);
+    ops::residual_forward(s, out, residual, a.tmp_c, N * C);
+  };
 
   const int head = head_unit();
   const bool tied = config_.tie_word_embeddings;
@@ -361,15 +392,13 @@ void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
     ops::rope_forward(s, x.q, x.q, B, T, H, D, c.rope(), 0);
     ops::rope_forward(s, x.k, x.k, B, T, KV, D, c.rope(), 0);
     ops::attention_forward(s, x.att, x.lse, x.q, x.k, x.v, B, T, T, H, KV, D);
-    ops::matmul_forward(s, a.tmp_c, x.att, w(o.o, {C, Hd}), N, Hd, C);
-    ops::residual_forward(s, x.res_mid, a.res[l], a.tmp_c, N * C);
+    project_add(x.res_mid, a.res[l], x.att, w(o.o, {C, Hd}), Hd);
     // MLP block: res' = res_mid + down(silu(gate(x)) * up(x))
     ops::rmsnorm_forward(s, x.ln2, x.rstd2, x.res_mid, w(o.ln2, {C}), N, C, eps);
     ops::matmul_forward(s, x.gate, x.ln2, w(o.gate, {I, C}), N, C, I);
     ops::matmul_forward(s, x.up, x.ln2, w(o.up, {I, C}), N, C, I);
     ops::swiglu_forward(s, x.act, x.gate, x.up, N * I);
-    ops::matmul_forward(s, a.tmp_c, x.act, w(o.down, {C, I}), N, I, C);
-    ops::residual_forward(s, a.res[l + 1], x.res_mid, a.tmp_c, N * C);
+    project_add(a.res[l + 1], x.res_mid, x.act, w(o.down, {C, I}), I);
     release_weights(unit);
   }
   int64_t L = c.num_hidden_layers;
@@ -378,14 +407,35 @@ void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
   if (tied) acquire_weights(0, -1);
   head_held_ = true;
   ops::rmsnorm_forward(s, a.lnf, a.rstdf, a.res[L], w(layout_.final_norm(), {C}), N, C, eps);
-  ops::matmul_forward(s, a.logits, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V);
+}
+
+void LlamaModel::forward_head(bool fused) {
+  const int64_t N = B_ * T_, C = config_.hidden_size, V = config_.vocab_size;
+  Arena& a = *arena_;
+  if (fused) {
+    ops::matmul_forward(*stream_, a.logits_x, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V, ld_);
+    return;
+  }
+  if (!fused_classifier_) {
+    ops::matmul_forward(*stream_, a.logits, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V);
+    return;
+  }
+  // forward_logits under the fused classifier: the same bf16 logits (rows V apart),
+  // widened into an f32 buffer made on demand, so that a loss computed from them
+  // (--loss-on output) is the fused loss.
+  if (!logits_f32_.defined() || logits_f32_.numel() < N * V)
+    logits_f32_ = Tensor::empty({a.capacity * V}, DType::f32, device_, MemTag::activations);
+  ops::matmul_forward(*stream_, a.logits_x, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V, V);
+  ops::cast_bf16_to_f32(*stream_, logits_f32_.view(0, {N * V}), a.logits_x.view(0, {N * V}), N * V);
 }
 
 Tensor LlamaModel::forward_logits(const Tensor& inputs) {
   FANOUT_ASSERT(inputs.dim() == 2, "inputs must be (B, T), got ", inputs.str());
   int64_t B = inputs.size(0), T = inputs.size(1);
   forward_hidden(inputs, B, T);
-  return arena_->logits.view(0, {B, T, config_.vocab_size});
+  forward_head(false);
+  Tensor logits = fused_classifier_ ? logits_f32_ : arena_->logits;
+  return logits.view(0, {B, T, config_.vocab_size});
 }
 
 void LlamaModel::forward_loss(const Tensor& inputs, const Tensor& targets, const Tensor& stats,
@@ -394,9 +444,13 @@ void LlamaModel::forward_loss(const Tensor& inputs, const Tensor& targets, const
                 " targets ", targets.str());
   int64_t B = inputs.size(0), T = inputs.size(1);
   forward_hidden(inputs, B, T);
+  forward_head(fused_classifier_);
   targets_ = targets;
   ignore_index_ = ignore_index;
   StreamSpan span(*stream_, "loss");
+  if (fused_classifier_)
+    return ops::cross_entropy_fused_forward(*stream_, stats, arena_->lse_head, arena_->logits_x,
+                                            targets, B * T, config_.vocab_size, ld_, ignore_index);
   ops::cross_entropy_forward(*stream_, stats, arena_->logits, targets, B * T, config_.vocab_size,
                              ignore_index);
 }
@@ -406,21 +460,31 @@ void LlamaModel::forward_loss(const Tensor& inputs, const Tensor& targets, const
 void LlamaModel::backward_from_loss(float normalizer) {
   FANOUT_ASSERT(targets_.defined(), "backward_from_loss without forward_loss");
   int64_t N = B_ * T_, V = config_.vocab_size;
+  if (fused_classifier_) {  // Note [Fused classifier]: the bf16 logits become their gradient
+    ops::cross_entropy_fused_backward(*stream_, arena_->logits_x, arena_->lse_head, targets_, N, V,
+                                      ld_, ignore_index_, normalizer);
+    backward_hidden(arena_->logits_x, ld_);
+    targets_ = Tensor();
+    return;
+  }
   // fp32: dlogits overwrite the logits in place (the [N, V] buffer is the
   // largest); bf16: they are written once, rounded, where the lm_head GEMM reads.
   Tensor dlogits = working_dtype_ == DType::f32 ? arena_->logits : arena_->dlogits_x;
   ops::cross_entropy_backward(*stream_, dlogits, arena_->logits, targets_, N, V, ignore_index_,
                               normalizer);
-  backward_hidden(dlogits);
+  backward_hidden(dlogits, V);
   targets_ = Tensor();
 }
 
 void LlamaModel::backward_from_logits(const Tensor& dlogits) {
-  int64_t n = B_ * T_ * config_.vocab_size;
+  const int64_t V = config_.vocab_size, n = B_ * T_ * V;
   FANOUT_ASSERT(dlogits.numel() == n && dlogits.dtype() == DType::f32, "dlogits ", dlogits.str());
-  if (working_dtype_ == DType::f32) return backward_hidden(dlogits);
-  ops::cast_f32_to_bf16(*stream_, arena_->dlogits_x.view(0, {n}), dlogits.view(0, {n}), n);
-  backward_hidden(arena_->dlogits_x);
+  if (working_dtype_ == DType::f32) return backward_hidden(dlogits, V);
+  // bf16: rounded once where the lm_head GEMM reads them, rows V apart (the fused
+  // classifier's buffer holds N * ld >= N * V elements).
+  Tensor x = fused_classifier_ ? arena_->logits_x : arena_->dlogits_x;
+  ops::cast_f32_to_bf16(*stream_, x.view(0, {n}), dlogits.view(0, {n}), n);
+  backward_hidden(x, V);
 }
 
 void LlamaModel::table_grad_in_parts(
@@ -435,7 +499,7 @@ void LlamaModel::table_grad_in_parts(
   }
 }
 
-void LlamaModel::backward_hidden(const Tensor& dlogits) {
+void LlamaModel::backward_hidden(const Tensor& dlogits, int64_t ld) {
   const LlamaConfig& c = config_;
   Stream& s = *stream_;
   Arena& a = *arena_;
@@ -466,9 +530,10 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
   if (store_ != nullptr && !tied) {
     // Note [The head's gradient in parts]: d(lnf) first, then the lm_head's
     // gradient block by block from the top, each reduced as soon as it is done.
-    ops::matmul_backward(s, a.dln, Tensor(), dlogits, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V);
+    ops::matmul_backward(s, a.dln, Tensor(), dlogits, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V,
+                         ld);
     table_grad_in_parts(head, layout_.lm_head(), [&](const Tensor& dw, int64_t row0, int64_t rows) {
-      ops::matmul_backward_weight_rows(s, dw, dlogits, a.lnf, N, C, V, row0, rows);
+      ops::matmul_backward_weight_rows(s, dw, dlogits, a.lnf, N, C, V, row0, rows, ld);
     });
     acquire_grads(head, units_[head].begin, layout_.lm_head());
     zero(a.dres, N * C);
@@ -480,7 +545,7 @@ void LlamaModel::backward_hidden(const Tensor& dlogits) {
     acquire_grads(head);
     if (tied) acquire_grads(0);  // the lm_head's gradient, until the embedding adds its own
     ops::matmul_backward(s, a.dln, g(layout_.lm_head(), {V, C}), dlogits, a.lnf,
-                         w(layout_.lm_head(), {V, C}), N, C, V);
+                         w(layout_.lm_head(), {V, C}), N, C, V, ld);
     zero(a.dres, N * C);
     ops::rmsnorm_backward(s, a.dres, g(layout_.final_norm(), {C}), a.dln, a.res[L],
                           w(layout_.final_norm(), {C}), a.rstdf, N, C);

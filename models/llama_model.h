@@ -30,6 +30,12 @@ class LlamaModel final : public parallel::Replica {
   ~LlamaModel() override;
 
   const LlamaConfig& config() const { return config_; }
+  // Note [Fused classifier] (ops/cross_entropy.h): the loss reads bf16 logits of
+  // the padded vocabulary and turns them into their gradient in place. On by
+  // default for bf16 on CUDA devices; CPU devices can take it too (the tests of
+  // the model's fused path). Only for a bf16 working dtype, before the first forward.
+  void set_fused_classifier(bool on);
+  bool fused_classifier() const { return fused_classifier_; }
   const LlamaLayout& layout() const { return layout_; }
   DType working_dtype() const override { return working_dtype_; }
 
@@ -71,8 +77,12 @@ class LlamaModel final : public parallel::Replica {
 
  private:
   struct Arena;
-  void forward_hidden(const Tensor& inputs, int64_t B, int64_t T);  // up to logits
-  void backward_hidden(const Tensor& dlogits);                      // from dlogits down
+  // Up to the final norm; then the head: f32 logits (N, V), or, fused, bf16 logits
+  // rows ld_ apart.
+  void forward_hidden(const Tensor& inputs, int64_t B, int64_t T);
+  void forward_head(bool fused);
+  // From dlogits (N rows ld apart) down.
+  void backward_hidden(const Tensor& dlogits, int64_t ld);
   // The flat weights (unless zero3's store holds them) and gradients (unless a
   // store holds them), allocated at first use (Note [Lazy flat buffers]).
   void ensure_params();
@@ -102,6 +112,9 @@ class LlamaModel final : public parallel::Replica {
   Device device_;
   std::unique_ptr<Stream> stream_;
   DType working_dtype_;
+  bool fused_classifier_ = false;
+  int64_t ld_ = 0;     // the logits' row stride: V, or the padded vocabulary when fused
+  Tensor logits_f32_;  // fused: forward_logits' (N, V) f32 logits, allocated at first use
   Tensor params_, grads_;
   Tensor working_;  // params_ itself in fp32, a bf16 copy in mixed precision
   std::vector<parallel::ParamUnit> units_, grad_ranges_;

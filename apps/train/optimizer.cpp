@@ -1,5 +1,6 @@
 #include "apps/train/optimizer.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "engine/core/check.h"
@@ -65,24 +66,29 @@ double Optimizer::step(int64_t step, float lr, double clip) {
   double norm = std::sqrt(total);
   if (!std::isfinite(norm)) return norm;
   float scale = clip > 0 ? ops::clip_coefficient(norm, clip) : 1.0f;
+  // bf16: the update writes the working copy in the same pass (one read of the
+  // master instead of two), unless some shard has none to write (zero3).
+  std::atomic<bool> working_written{true};
   dp_.run_on_shards([&](const parallel::DataParallel::Shard& shard, parallel::Replica& rep) {
     for (ShardState& s : state_) {
       if (s.replica != shard.replica || s.begin != shard.begin) continue;
       Stream& stream = rep.compute_stream();
       Tensor params = dp_.shard_params(shard), grads = dp_.shard_grads(shard);
+      Tensor working = dp_.shard_working(shard);
+      if (!working.defined()) working_written = false;
       for (const DecayRun& run : runs_) {
         int64_t lo = std::max(run.begin, s.begin), hi = std::min(run.end, s.end);
         if (lo >= hi) continue;
         ops::AdamWConfig c = config_;
         c.lr = lr;
         if (!run.decay) c.weight_decay = 0.0f;
-        ops::adamw_update(stream, params.view(lo - s.begin, {hi - lo}),
-                          grads.view(lo - s.begin, {hi - lo}), s.m.view(lo - s.begin, {hi - lo}),
-                          s.v.view(lo - s.begin, {hi - lo}), hi - lo, c, step, scale);
+        auto part = [&](const Tensor& t) { return t.view(lo - s.begin, {hi - lo}); };
+        ops::adamw_update(stream, part(params), part(grads), part(s.m), part(s.v), hi - lo, c, step,
+                          scale, working.defined() ? part(working) : Tensor());
       }
     }
   });
-  dp_.finish_step();
+  dp_.finish_step(working_written);
   return norm;
 }
 

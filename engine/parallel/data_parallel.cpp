@@ -272,10 +272,10 @@ void DataParallel::replicate() {
   std::vector<Tensor> bufs;
   auto streams = compute_streams();
   int64_t P = primary().num_params();
-  if (sync_ == Sync::working) {
-    // After a dp step only the primary's master moved: round once, send the
-    // working weights (bf16: half the bytes of the master).
-    primary().params_to_working(0, P);
+  if (sync_ == Sync::working || sync_ == Sync::working_rounded) {
+    // After a dp step only the primary's master moved: round once (unless the
+    // optimizer did), send the working weights (bf16: half the bytes of the master).
+    if (sync_ == Sync::working) primary().params_to_working(0, P);
     for (auto& r : replicas_) bufs.push_back(r->working_params());
     collectives_->broadcast(bufs, streams, 0, 0, P);
   } else {
@@ -546,6 +546,14 @@ Tensor DataParallel::shard_params(const Shard& sh) {
   return replicas_[sh.replica]->params().view(sh.begin, {n});
 }
 
+Tensor DataParallel::shard_working(const Shard& sh) {
+  if (options_.strategy == Strategy::zero3) return Tensor();
+  Replica& r = *replicas_[sh.replica];
+  Tensor w = r.working_params();
+  if (w.raw() == r.params().raw()) return Tensor();
+  return w.view(sh.begin, {sh.end - sh.begin});
+}
+
 Tensor DataParallel::shard_grads(const Shard& sh) {
   int64_t n = sh.end - sh.begin;
   if (store_) return store_->grads(sh.replica).view(sh.local, {n});
@@ -566,9 +574,9 @@ void DataParallel::run_on_shards(const std::function<void(const Shard&, Replica&
   times_.optimizer += seconds_since(t0);
 }
 
-void DataParallel::finish_step() {
+void DataParallel::finish_step(bool working_written) {
   if (options_.strategy == Strategy::dp) {
-    sync_ = Sync::working;
+    sync_ = working_written ? Sync::working_rounded : Sync::working;
     return;
   }
   auto t0 = Clock::now();
@@ -582,7 +590,8 @@ void DataParallel::finish_step() {
   TraceScope span("host", "all-gather params");
   // Each shard owner rounds its updated shard; the working weights are gathered.
   std::vector<Tensor> working;
-  for (const Shard& sh : shards()) replicas_[sh.replica]->params_to_working(sh.begin, sh.end);
+  if (!working_written)
+    for (const Shard& sh : shards()) replicas_[sh.replica]->params_to_working(sh.begin, sh.end);
   for (auto& r : replicas_) working.push_back(r->working_params());
   gather_shards(working);
   times_.replicate += seconds_since(t0);

@@ -158,6 +158,10 @@ class DataParallel {
   // A shard's fp32 master weights and summed gradients, (end - begin) elements.
   Tensor shard_params(const Shard& shard);
   Tensor shard_grads(const Shard& shard);
+  // The shard's bf16 working weights on its owner, for an optimizer that writes
+  // them in the same pass as the master (ops::adamw_update's `working`); undefined
+  // where the master is the working copy (fp32) or the store rounds it (zero3).
+  Tensor shard_working(const Shard& shard);
   // One tensor per shard of shards() (its (end - begin) values, e.g. optimizer
   // state) -> the whole flat buffer on the host; across processes every rank
   // takes part and gets it whole.
@@ -166,7 +170,9 @@ class DataParallel {
   void run_on_shards(const std::function<void(const Shard&, Replica&)>& fn);
   // After the optimizer: zero1 all-gathers the parameters; dp marks the
   // replicas stale, so the next forward broadcasts from the primary.
-  void finish_step();
+  // working_written: the optimizer wrote every shard_working() too, so the
+  // working weights need no second rounding pass before they travel.
+  void finish_step(bool working_written = false);
 
   // Forward only: the loss sum and counted tokens of a batch.
   LossStats evaluate(const HostBatch& batch, int32_t ignore_index);
@@ -218,7 +224,8 @@ class DataParallel {
   // working weights (a dp step updated its master); the primary's whole fp32
   // master (new weights from outside); or, zero1 after a failed step, every
   // shard's master from its owner.
-  enum class Sync { none, working, master, shards };
+  // working_rounded: as working, the primary's working copy already rounded.
+  enum class Sync { none, working, working_rounded, master, shards };
   Sync sync_ = Sync::master;
   bool reduced_by_buckets_ = false;
   std::atomic<bool> replica_stopped_{false};  // a replica was stopped by another's failure

@@ -65,12 +65,15 @@ TestBatch make_batch(int64_t B, int64_t T, int64_t vocab, uint64_t seed,
 
 RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBatch& batch,
                             int steps, uint64_t seed, DType working,
-                            const models::LlamaConfig* model) {
+                            const models::LlamaConfig* model,
+                            std::optional<bool> fused_classifier) {
   models::LlamaConfig config = model ? *model : small_test_config();
   std::vector<Device> ids = options.device_ids;
   auto factory = [&](Device d, int i) {
-    return std::make_unique<models::LlamaModel>(config, d,
-                                                parallel::replica_lane(ids, i, "compute"), working);
+    auto m = std::make_unique<models::LlamaModel>(
+        config, d, parallel::replica_lane(ids, i, "compute"), working);
+    if (fused_classifier) m->set_fused_classifier(*fused_classifier);
+    return m;
   };
   parallel::DataParallel dp(factory, options, train::cross_entropy_loss_functions());
   RunResult out;

@@ -2,6 +2,7 @@
 // A small Llama, synthetic batches with padded rows, and runs of the DataParallel
 // engine plus AdamW for a few steps, for the N-devices-equal-one invariant.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,10 +44,12 @@ struct RunResult {
 
 // `steps` AdamW steps (lr 1e-2, wd 0.1, clip 1.0) on the same batch; `working` is
 // the replicas' working dtype (bf16: mixed precision); `model` defaults to
-// small_test_config().
+// small_test_config(); `fused_classifier` sets the replicas' loss path (Note [Fused
+// classifier]; unset: the model's default for its device).
 RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBatch& batch,
                             int steps = 3, uint64_t seed = 7, DType working = DType::f32,
-                            const models::LlamaConfig* model = nullptr);
+                            const models::LlamaConfig* model = nullptr,
+                            std::optional<bool> fused_classifier = std::nullopt);
 
 // ||a - b|| / ||b||
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b);

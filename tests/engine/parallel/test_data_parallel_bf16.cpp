@@ -169,3 +169,29 @@ TEST_CASE("two replicas sharing a device move no bytes, in bf16 too") {
     CHECK(r.last_step_bytes.reduce == 0);
   }
 }
+
+TEST_CASE(
+    "bf16 with the fused classifier: every mode on 2 devices equals one device, and the "
+    "loss tracks the unfused path") {
+  // Note [Fused classifier]: the logits are rounded to bf16 before the loss, so the
+  // fused path is close to the unfused one, not equal; between device counts it is
+  // the same computation split, as every other path.
+  TestBatch batch = invariant_batch();
+  DataParallelOptions one;
+  one.device_ids = {cpu_device(0)};
+  const RunResult ref = run_data_parallel(one, batch, 3, 7, DType::bf16, nullptr, true);
+  const RunResult& unfused = bf16_reference(batch);
+  REQUIRE(ref.losses[2] < ref.losses[0]);
+  for (size_t s = 0; s < ref.losses.size(); ++s) {
+    CAPTURE(s);
+    CHECK(ref.losses[s] == doctest::Approx(unfused.losses[s]).epsilon(2e-3));
+  }
+  CHECK(rel_l2(ref.first_grads, unfused.first_grads) <= 2e-2);
+  CHECK(ref.losses[0] != unfused.losses[0]);  // the fused path really ran
+  for (const ParallelMode& m : kParallelModes) {
+    CAPTURE(m.name);
+    RunResult got =
+        run_data_parallel(mode_options(m, "cpu:0,cpu:1"), batch, 3, 7, DType::bf16, nullptr, true);
+    check_close(got, ref, 1e-4, 1e-3, 1e-2);
+  }
+}

@@ -65,3 +65,31 @@ TEST_CASE("one cuda:0 equals one cpu:0 on the same batch") {
   gpu.device_ids = {cuda_device(0)};
   check_close_runs(run_data_parallel(gpu, batch), run_data_parallel(cpu, batch), 1e-5, 1e-4, 1e-3);
 }
+
+TEST_CASE("bf16: every mode on cuda:0,cuda:0 equals one cuda:0 on the whole batch") {
+  // The CUDA bf16 path end to end: cuBLASLt GEMMs, the attention the build picks,
+  // the fused classifier and the bf16 element-wise kernels; tolerances as the CPU
+  // bf16 invariant (test_data_parallel_bf16.cpp).
+  TestBatch batch = make_batch(5, 8, 61, 31, {1, 0, 4, 2, 0});
+  DataParallelOptions one;
+  one.device_ids = {cuda_device(0)};
+  const RunResult ref = run_data_parallel(one, batch, 3, 7, DType::bf16);
+  REQUIRE(ref.losses[2] < ref.losses[0]);
+  for (const ParallelMode& m : kParallelModes) {
+    CAPTURE(m.name);
+    check_close_runs(run_data_parallel(mode_options(m, "cuda:0,cuda:0"), batch, 3, 7, DType::bf16),
+                     ref, 1e-4, 1e-2, 2e-2);
+  }
+}
+
+TEST_CASE("bf16: one cuda:0 tracks one cpu:0 running the same fused classifier") {
+  TestBatch batch = make_batch(5, 8, 61, 32, {1, 0, 4, 2, 0});
+  DataParallelOptions gpu, cpu;
+  gpu.device_ids = {cuda_device(0)};
+  cpu.device_ids = {cpu_device(0)};
+  const RunResult ref = run_data_parallel(cpu, batch, 3, 7, DType::bf16, nullptr, true);
+  const RunResult got = run_data_parallel(gpu, batch, 3, 7, DType::bf16, nullptr, true);
+  REQUIRE(ref.losses[2] < ref.losses[0]);
+  // Different kernels round differently at each bf16 store: close, not equal.
+  check_close_runs(got, ref, 2e-3, 5e-2, 5e-2);
+}
