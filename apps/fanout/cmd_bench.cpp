@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "apps/fanout/commands.h"
 #include "apps/presentation/bench.h"
 #include "apps/presentation/bench_ddp.h"
+#include "apps/presentation/bench_mfu.h"
 #include "apps/presentation/bench_peers.h"
 #include "apps/presentation/bench_svg.h"
 #include "apps/train/ddp_env.h"
@@ -41,10 +43,11 @@ struct BenchArgs {
               svg;
   int64_t batch_size = 16, seq_len = 128;
   int steps = 5, warmup = 1;
-  bool peers = false;
+  bool peers = false, mfu = false, kernels = false;
   double bucket_mb = 25.0;
   // fp32, bf16 or both (every mode in each); the dtype gradient sums travel in.
   std::string precision = "both", grad_comm = "fp32";
+  std::string attention = "auto";  // the attention kernel on CUDA devices (train's --attention)
   // ops
   std::string op_device = "cpu:0", op_dtype = "both";
   int repeats = 5;
@@ -122,7 +125,8 @@ std::vector<std::string> worker_flags(const BenchArgs& a, const std::string& pre
                                     "--warmup",     std::to_string(a.warmup),
                                     "--bucket-mb",  exact_str(a.bucket_mb),
                                     "--precision",  precision,
-                                    "--grad-comm",  a.grad_comm};
+                                    "--grad-comm",  a.grad_comm,
+                                    "--attention",  a.attention};
   if (a.config_file.empty()) {
     flags.insert(flags.end(), {"--preset", a.preset});
   } else {
@@ -153,6 +157,7 @@ int run_bench_worker(const BenchArgs& a) {
   setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
   setup.working = a.precision == "bf16" ? DType::bf16 : DType::f32;
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
+  train::attention_apply(a.attention, setup.working, setup.devices);
   // As `train --strategy ddp` connects under fanout launch, with its default timeout;
   // silently: the launcher line would land inside the bench's table.
   train::DdpGroup group = train::ddp_connect(setup.ddp, d, train::TrainOptions{}.timeout, false);
@@ -216,12 +221,9 @@ int run_bench(const BenchArgs& given) {
     train::apply_device_memory(train::parse_byte_size(a.device_memory, "--device-memory"),
                                setup.devices);
   }
-  if (setup.devices[0].is_cuda()) {
-    FANOUT_CHECK(a.precision != "bf16" && a.grad_comm == "fp32",
-                 "bf16 (--precision bf16, --grad-comm bf16) is not supported on CUDA devices: "
-                 "use --precision fp32 --grad-comm fp32, or CPU devices for bf16");
-    a.precision = "fp32";  // the default "both" measures what CUDA devices run
-  }
+  // "both" includes fp32, where cuDNN's attention has no path: cudnn needs bf16 alone.
+  train::attention_apply(a.attention, a.precision == "bf16" ? DType::bf16 : DType::f32,
+                         setup.devices);
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
   setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
   setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
@@ -325,6 +327,49 @@ int run_bench(const BenchArgs& given) {
       std::printf(" = %.2fx fanout fp32 best", best->tokens_per_s / f32->tokens_per_s);
     std::printf("\n");
   }
+  // MFU of each precision's best row over the GEMM peak measured now, on the first
+  // device, times the distinct devices the row used (two replicas on one GPU share it).
+  nlohmann::json mfu = nlohmann::json::array();
+  for (const std::string& precision : a.mfu ? precisions : std::vector<std::string>{}) {
+    const presentation::BenchResult* best = best_of(precision);
+    if (!best) continue;
+    presentation::GemmPeak peak = presentation::gemm_peak_measure(
+        setup.devices[0], precision == "bf16" ? DType::bf16 : DType::f32);
+    std::set<std::string> distinct;
+    for (const Device& d : setup.devices) distinct.insert(d.str());
+    peak.flops_per_s *= static_cast<double>(distinct.size());
+    const double per_token = presentation::model_flops_per_token(setup.config, a.seq_len);
+    std::printf("fanout %s best (%s): %s\n", precision.c_str(), best->mode.c_str(),
+                presentation::mfu_line(best->tokens_per_s, per_token, peak).c_str());
+    mfu.push_back(
+        {{"precision", precision},
+         {"mode", best->mode},
+         {"flops_per_token", per_token},
+         {"gemm_peak_flops_per_s", peak.flops_per_s},
+         {"gemm_shape", {peak.M, peak.N, peak.K}},
+         {"mfu", peak.flops_per_s > 0 ? best->tokens_per_s * per_token / peak.flops_per_s : 0.0}});
+  }
+  // Where one device's step goes, by kernel class, in each precision.
+  nlohmann::json kernels = nlohmann::json::array();
+  for (const std::string& precision : a.kernels ? precisions : std::vector<std::string>{}) {
+    presentation::BenchSetup k = setup;
+    k.devices = {setup.devices[0]};
+    k.working = precision == "bf16" ? DType::bf16 : DType::f32;
+    k.steps = 1, k.warmup = 1, k.profile_kernels = true;
+    presentation::BenchResult r = run_row("kernels", precision, [&] {
+      return presentation::bench_mode(k, presentation::bench_modes_parse("dp")[0]);
+    });
+    if (!r.failed.empty()) {
+      std::printf("kernel classes, 1 device %s: failed: %s\n", precision.c_str(), r.failed.c_str());
+      kernels.push_back({{"precision", precision}, {"status", "failed"}, {"reason", r.failed}});
+      continue;
+    }
+    std::printf("kernel classes, 1 device %s, one step %.2f ms: %s\n", precision.c_str(),
+                r.kernels_step_s * 1e3, presentation::bench_kernels_line(r).c_str());
+    nlohmann::json j = presentation::bench_kernels_json(r);
+    j["precision"] = precision, j["status"] = "ok";
+    kernels.push_back(j);
+  }
   std::vector<presentation::BenchResult> memory_rows;
   if (base.failed.empty()) memory_rows.push_back(base);
   memory_rows.insert(memory_rows.end(), ran.begin(), ran.end());
@@ -378,6 +423,8 @@ int run_bench(const BenchArgs& given) {
                           {"steps", a.steps},
                           {"devices", devices_str(setup.devices)},
                           {"results", rows}};
+    if (a.mfu) doc["mfu"] = mfu;
+    if (a.kernels) doc["kernels"] = kernels;
     file_write_atomic(a.json, doc.dump(2) + "\n", "--json");
     std::printf("figures written to %s\n", a.json.c_str());
   }
@@ -461,6 +508,9 @@ Command add_bench_command(CLI::App& app) {
     c->add_option("--grad-comm", a->grad_comm,
                   "fp32 or bf16: the dtype gradient sums travel in (bf16: half the bytes)")
         ->capture_default_str();
+    c->add_option("--attention", a->attention,
+                  "The attention kernel on CUDA devices: auto, exact or cudnn (bf16 only)")
+        ->capture_default_str();
   };
   common(cmd);
   cmd->add_option("--devices", a->devices, "Devices")->capture_default_str();
@@ -482,6 +532,14 @@ Command add_bench_command(CLI::App& app) {
       "and torch.compile on the first device, DDP with one process per device and, on GPUs, "
       "nn.DataParallel, in each --precision (bf16: under torch.autocast); a peer that cannot "
       "run on these devices or this PyTorch is skipped with the reason");
+  cmd->add_flag("--mfu", a->mfu,
+                "Also measure the first device's GEMM peak (a square GEMM in each --precision) "
+                "and print each precision's best row as model FLOPs utilisation (6N plus "
+                "attention FLOPs per token over that peak)");
+  cmd->add_flag("--kernels", a->kernels,
+                "Also profile one step on the first device in each --precision and print its "
+                "time by kernel class (GEMM, attention, loss, element-wise, optimizer, and the "
+                "rest: copies, communication and launch gaps)");
   cmd->add_option("--svg", a->svg, "Draw throughput and the step-time breakdown as an SVG");
   cmd->add_option("--trace", a->trace, "Write a Chrome/Perfetto trace of the last mode's steps");
   auto* ops = cmd->add_subcommand("ops", "GFLOP/s of the CPU matmul and attention kernels");
@@ -505,7 +563,7 @@ Command add_bench_command(CLI::App& app) {
       // `fanout bench --json x ops` would otherwise accept flags that ops never reads.
       for (const char* flag :
            {"--devices", "--modes", "--steps", "--warmup", "--bucket-mb", "--json", "--peers",
-            "--svg", "--trace", "--precision", "--grad-comm"}) {
+            "--svg", "--trace", "--precision", "--grad-comm", "--mfu", "--kernels"}) {
         FANOUT_CHECK(cmd->count(flag) == 0, flag, " does not apply to fanout bench ops");
       }
       return run_bench_ops(*a);

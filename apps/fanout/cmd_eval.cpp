@@ -41,7 +41,7 @@ int run_eval(const EvalArgs& a) {
   devices_check_available(devices);
   if (!a.device_memory.empty())
     train::apply_device_memory(train::parse_byte_size(a.device_memory, "--device-memory"), devices);
-  const DType working = train::precision_dtype(a.precision, devices);
+  const DType working = train::precision_dtype(a.precision);
   models::LlamaConfig config = models::llama_load_config(a.checkpoint);
   FANOUT_CHECK(a.seq_len <= config.max_position_embeddings, "--seq-len ", a.seq_len,
                " exceeds the checkpoint's max_position_embeddings (",

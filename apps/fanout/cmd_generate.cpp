@@ -94,8 +94,7 @@ int run_generate(const GenerateArgs& a) {
     train::apply_device_memory(train::parse_byte_size(a.device_memory, "--device-memory"),
                                {device});
   }
-  auto model =
-      models::llama_load(a.checkpoint, device, train::precision_dtype(a.precision, {device}));
+  auto model = models::llama_load(a.checkpoint, device, train::precision_dtype(a.precision));
   // The checkpoint's tokenizer.json encodes and decodes (bytes for checkpoints without one).
   const auto tokenizer = train::checkpoint_tokenizer(a.checkpoint);
   const int64_t vocab = model->config().vocab_size;

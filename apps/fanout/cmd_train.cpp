@@ -91,8 +91,10 @@ Command add_train_command(CLI::App& app) {
   num("clip", o->clip, 0.0, 1e9, "Global gradient-norm clip (0: off)");
   add("precision", o->precision,
       "fp32, or bf16 mixed precision (fp32 master weights, optimizer and gradients; bf16 "
-      "GEMMs and activations). Default fp32 on every device: CUDA devices take bf16 once the "
-      "CUDA backend has run it on a GPU");
+      "GEMMs and activations). Default fp32 on every device");
+  add("attention", o->attention,
+      "The attention kernel on CUDA devices: auto (cuDNN's fused attention in bf16 where it "
+      "loads, else the exact kernel), exact, or cudnn (bf16 only)");
   add("grad-comm", o->grad_comm,
       "fp32 or bf16: the dtype gradients are summed across devices in (bf16 halves the bytes)");
   num("seed", o->seed, uint64_t{0}, std::numeric_limits<uint64_t>::max(),

@@ -12,6 +12,7 @@
 
 #include "apps/train/ddp_env.h"
 #include "engine/core/allocator.h"
+#include "engine/core/op_profile.h"
 #include "engine/parallel/data_parallel.h"
 #include "models/llama_config.h"
 
@@ -62,6 +63,10 @@ struct BenchResult {
   // Why the mode did not run to the end ("" when it did): `fanout bench` prints
   // the reason in its row and goes on with the other modes.
   std::string failed;
+  // BenchSetup::profile_kernels: one more step after the timed ones, its device
+  // time by kernel class and its wall time (waiting for the devices included).
+  OpTimes kernels;
+  double kernels_step_s = 0;
 };
 
 struct BenchSetup {
@@ -75,7 +80,15 @@ struct BenchSetup {
   double bucket_mb = 25.0;
   // The replicas' working dtype (bf16: mixed precision) and the gradient sums'.
   DType working = DType::f32, grad_comm = DType::f32;
+  // Profile kernel classes (engine/core/op_profile.h) over one extra step.
+  bool profile_kernels = false;
 };
+
+// "GEMM 30.1 ms (58.8 %), attention ..., other and launch gaps 5.0 ms (9.8 %)":
+// r.kernels over r.kernels_step_s; the rest of the step is copies, fills,
+// communication and the time between launches.
+std::string bench_kernels_line(const BenchResult& r);
+nlohmann::json bench_kernels_json(const BenchResult& r);
 
 // Peaks are measured from the first timed step (every device's peaks reset
 // there), so each mode's are its own whatever ran before it.

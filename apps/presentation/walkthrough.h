@@ -108,8 +108,7 @@ struct WalkthroughResult {
   int64_t parameters = 0;
   std::vector<WalkthroughMode> modes;
   WalkthroughDdp ddp;
-  // fp32, bf16, bf16 + --grad-comm bf16 for dp, then for zero1; empty
-  // where bf16 is not available (CUDA devices, for now).
+  // fp32, bf16, bf16 + --grad-comm bf16 for dp, then for zero1.
   std::vector<WalkthroughPrecisionRun> precision;
 };
 

@@ -138,12 +138,6 @@ WalkthroughPrecisionRun PrecisionSection::run_one(const RunSpec& spec) {
 
 std::vector<WalkthroughPrecisionRun> PrecisionSection::run(int index) {
   out_ << "\n" << heading(strf("%d. precision: what bf16 changes", index)) << "\n";
-  for (const Device& d : o_.devices) {
-    if (d.is_cpu()) continue;
-    more("--precision bf16 runs on CPU devices only, and " + d.str() +
-         " is a CUDA device. `fanout walkthrough --devices cpu:0,cpu:1` shows this section");
-    return {};
-  }
   more(strf(
       "dp and zero1 once more, %d steps each on the same batches, three ways: fp32; "
       "--precision bf16 (mixed precision: fp32 master weights, gradients and AdamW state, bf16 "

@@ -13,7 +13,7 @@ namespace fanout::presentation::walk {
 
 // Prints section `index` to `out` and returns its runs: fp32, bf16, bf16 with
 // bf16 gradient sums, for dp then zero1, two steps each on `data`'s
-// first batches. On CUDA devices (no bf16 kernels yet) it says so and runs nothing.
+// first batches.
 std::vector<WalkthroughPrecisionRun> walkthrough_precision(const WalkthroughOptions& o,
                                                            const data::TokenData& data, int index,
                                                            std::ostream& out);

@@ -6,6 +6,7 @@
 
 #include "apps/train/device_memory.h"
 #include "engine/core/check.h"
+#include "ops/attention.h"
 
 namespace fanout::train {
 
@@ -170,16 +171,25 @@ void train_options_check_validation(const TrainOptions& o, bool has_val) {
   }
 }
 
-DType precision_dtype(const std::string& precision, const std::vector<Device>& devices,
-                      const char* flag) {
+DType precision_dtype(const std::string& precision, const char* flag) {
   FANOUT_CHECK(precision == "fp32" || precision == "bf16", flag, " must be fp32 or bf16, got '",
                precision, "'");
-  if (precision == "fp32") return DType::f32;
-  for (const Device& d : devices) {
-    FANOUT_CHECK(!d.is_cuda(), flag, " bf16 runs on CPU devices only; CUDA devices (", d.str(),
-                 ") train in fp32: use ", flag, " fp32");
+  // Every device kind runs both: CPU devices through oneDNN, CUDA through cuBLASLt.
+  return precision == "fp32" ? DType::f32 : DType::bf16;
+}
+
+void attention_apply(const std::string& attention, DType working,
+                     const std::vector<Device>& devices) {
+  const ops::AttentionImpl impl = ops::attention_impl_parse(attention);
+  if (impl == ops::AttentionImpl::cudnn) {
+    bool cuda = false;
+    for (const Device& d : devices) cuda = cuda || d.is_cuda();
+    FANOUT_CHECK(cuda, "--attention cudnn runs on CUDA devices; these are CPU devices");
+    FANOUT_CHECK(working == DType::bf16,
+                 "--attention cudnn runs in bf16 (cuDNN's fused attention has no fp32 path): "
+                 "add --precision bf16, or use --attention exact");
   }
-  return DType::bf16;
+  ops::attention_set_impl(impl);
 }
 
 int64_t preset_seq_len(const std::string& preset) {

@@ -40,6 +40,9 @@ struct TrainOptions {
   // precision: fp32, or bf16 mixed precision (Note [Mixed precision] in
   // models/llama_model.cpp); grad_comm: the dtype gradient sums travel in.
   std::string schedule = "cosine", precision = "fp32", grad_comm = "fp32";
+  // The attention kernel on CUDA devices: auto (cuDNN's fused SDPA in bf16 where it
+  // loads, else the exact kernel), exact or cudnn. Run-local, like devices.
+  std::string attention = "auto";
   uint64_t seed = 1234;
   // run
   std::string out, resume, trace;
@@ -76,10 +79,13 @@ void train_options_merge(TrainOptions& o, const nlohmann::json& j,
 void train_options_check_validation(const TrainOptions& o, bool has_val);
 
 // The working dtype of `--precision` (fp32 or bf16) for a run on `devices`;
-// refuses an unknown name, and bf16 on CUDA devices (it arrives with the CUDA
-// backend issue), naming `flag`.
-DType precision_dtype(const std::string& precision, const std::vector<Device>& devices,
-                      const char* flag = "--precision");
+// refuses an unknown name, naming `flag`.
+DType precision_dtype(const std::string& precision, const char* flag = "--precision");
+
+// Applies `--attention` (auto, exact or cudnn) for this process, refusing an unknown
+// name and cudnn where it cannot run (fp32, CPU-only devices, a build without cuDNN).
+void attention_apply(const std::string& attention, DType working,
+                     const std::vector<Device>& devices);
 
 // The preset's default sequence length (tiny 128, small 256, seed 512).
 int64_t preset_seq_len(const std::string& preset);

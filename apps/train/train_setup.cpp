@@ -334,8 +334,8 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
                  "' is for --strategy ddp");
   }
   devices_check_available(s.devices);
-  precision_dtype(o.precision, s.devices);
-  precision_dtype(o.grad_comm, s.devices, "--grad-comm");
+  attention_apply(o.attention, precision_dtype(o.precision), s.devices);
+  precision_dtype(o.grad_comm, "--grad-comm");
   if (!o.output_device.empty()) {
     s.output_device = device_parse(o.output_device);
     FANOUT_CHECK(!s.output_device->is_bare(), "--output-device needs an index, e.g. cpu:0");

@@ -32,6 +32,7 @@
 #include "models/llama_checkpoint.h"
 #include "models/llama_generate.h"
 #include "models/llama_model.h"
+#include "ops/attention.h"
 
 namespace fanout::train {
 
@@ -77,7 +78,8 @@ std::string memory_str(parallel::DataParallel& dp) {
     Device d = dp.replica(r).device();
     if (std::find(seen.begin(), seen.end(), d) != seen.end()) continue;
     seen.push_back(d);
-    out += (out.empty() ? "" : " ") + d.str() + " " + bytes_str(dp.memory(r).total.peak);
+    if (!out.empty()) out += ' ';
+    out += d.str() + " " + bytes_str(dp.memory(r).total.peak);
   }
   return out;
 }
@@ -351,6 +353,11 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
       static_cast<long long>(start), static_cast<long long>(o.steps), s.train_data.path.c_str(),
       static_cast<long long>(s.train_data.token_count()), o.out.c_str());
   say(header);
+  if (s.devices[0].is_cuda()) {
+    std::string attention = "attention: ";
+    attention += ops::attention_describe(s.devices[0], working);
+    say(attention);
+  }
   if (!s.tokenizer->is_byte()) say("tokenizer: " + s.tokenizer->describe());
   if (o.resume == "auto") {  // Note [Resume auto] in train_setup.cpp
     say(s.resume ? "resuming from " + s.resume_dir + " (step " +

@@ -315,3 +315,51 @@ TEST_CASE("bench --modes: help lists every mode, dp-replicas is dp, unknown name
   const auto comm = [&](int i) { return rows[i]["peak_bytes_by_kind"][0]["comm"].get<size_t>(); };
   CHECK(comm(2) > comm(1));
 }
+
+TEST_CASE("bench --mfu and --kernels: a measured GEMM peak, MFU, and one step by kernel class") {
+  test::TempDir dir("fanout-bench");
+  const std::string json = dir / "b.json";
+  auto r = test::run_fanout(
+      with(small_bench(), {"--precision", "fp32", "--json", json, "--mfu", "--kernels"}), kTimeout);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "fanout fp32 best (dp): MFU "));
+  CHECK(has(r.out, "of a measured f32 GEMM peak of "));
+  CHECK(has(r.out, "kernel classes, 1 device fp32, one step "));
+  for (const char* c :
+       {"GEMM ", "attention ", "loss ", "element-wise ", "optimizer ", "other and launch gaps "})
+    CHECK(has(r.out, c));
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(json));
+  REQUIRE(j["mfu"].size() == 1);
+  CHECK(j["mfu"][0]["mfu"].get<double>() > 0);
+  CHECK(j["mfu"][0]["gemm_peak_flops_per_s"].get<double>() > 0);
+  REQUIRE(j["kernels"].size() == 1);
+  const nlohmann::json& k = j["kernels"][0];
+  CHECK(k["status"] == "ok");
+  // Every op of the step ran inside a class: GEMMs and attention took time.
+  CHECK(k["ops"].get<int64_t>() > 20);
+  CHECK(k["GEMM"].get<double>() > 0);
+  CHECK(k["attention"].get<double>() > 0);
+  double sum = 0;
+  for (const char* c : {"GEMM", "attention", "loss", "element-wise", "optimizer"})
+    sum += k[c].get<double>();
+  CHECK(sum <= k["step_s"].get<double>() * 1.001);
+  // Without the flags the JSON has neither.
+  const std::string json2 = dir / "plain.json";
+  auto plain =
+      test::run_fanout(with(small_bench(), {"--precision", "fp32", "--json", json2}), kTimeout);
+  REQUIRE(plain.rc == 0);
+  CHECK(!has(plain.out, "MFU"));
+  nlohmann::json p = nlohmann::json::parse(std::ifstream(json2));
+  CHECK(!p.contains("mfu"));
+  CHECK(!p.contains("kernels"));
+}
+
+TEST_CASE("bench ops refuses --mfu and --kernels, which measure training steps") {
+  for (const char* flag : {"--mfu", "--kernels"}) {
+    CAPTURE(flag);
+    auto r = test::run_fanout({"bench", flag, "ops"}, kTimeout);
+    CHECK(r.rc != 0);
+    CHECK(has(r.err, std::string(flag) + " does not apply to fanout bench ops"));
+  }
+}

@@ -165,3 +165,28 @@ TEST_CASE("train names the path and the reason when --out cannot be a run direct
     check_refused(with_out(ro + "/run"), "cannot create it in " + ro);
   }
 }
+
+TEST_CASE("train refuses an unknown --attention and cudnn where it cannot run, before running") {
+  TrainFiles f;
+  const std::string out = f.dir / "out";
+  auto args = [&](std::vector<std::string> more, const std::string& dir = "") {
+    std::vector<std::string> a = {
+        "--config", f.config,  "--data", f.data,  "--devices",
+        "cpu:0",    "--steps", "1",      "--out", dir.empty() ? out : dir};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  check_refused(train_cli(args({"--attention", "flash"})),
+                "--attention: unknown kernel 'flash' (choose auto, exact or cudnn)");
+  check_refused(train_cli(args({"--attention", "cudnn", "--precision", "bf16"})),
+                "--attention cudnn runs on CUDA devices");
+  CHECK(!fs::exists(out));
+  // auto and exact are kernel choices that CPU devices simply do not need.
+  for (const char* choice : {"auto", "exact"}) {
+    CAPTURE(choice);
+    CliResult r = train_cli(
+        args({"--attention", choice, "--batch-size", "2", "--seq-len", "8"}, f.dir / choice));
+    CHECK(r.rc == 0);
+    CHECK(r.out.find("attention:") == std::string::npos);  // named only on CUDA devices
+  }
+}

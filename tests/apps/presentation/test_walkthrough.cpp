@@ -449,17 +449,3 @@ TEST_CASE("the precision section measures half the bytes for bf16 weights and bf
   CHECK(b.losses[0] != f.losses[0]);
   CHECK(g.losses[0] == b.losses[0]);
 }
-
-TEST_CASE("the precision section runs nothing on CUDA devices and says how to see it") {
-  // bf16 kernels on CUDA arrive with a later issue: the section must not start a
-  // run that would fail (nothing here touches the device, so no GPU is needed).
-  WalkthroughOptions o;
-  o.devices = {cpu_device(0), cuda_device(0)};
-  std::ostringstream text;
-  data::TokenData none;
-  auto runs = walk::walkthrough_precision(o, none, 5, text);
-  CHECK(runs.empty());
-  CHECK(has(text.str(), "5. precision: what bf16 changes"));
-  CHECK(has(text.str(), "runs on CPU devices only, and cuda:0 is a CUDA device"));
-  CHECK(has(text.str(), "--devices cpu:0,cpu:1"));
-}

@@ -1,0 +1,44 @@
+// MFU for `fanout bench --mfu`: the FLOPs per token counted by hand for the tiny
+// preset, a GEMM peak measured on a CPU device, and the line that divides them.
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "apps/presentation/bench_mfu.h"
+#include "engine/core/check.h"
+#include "models/llama_config.h"
+
+using namespace fanout;
+using namespace fanout::presentation;
+
+TEST_CASE("model FLOPs per token: 6 x the GEMMs' parameters plus the causal attention's products") {
+  models::LlamaConfig c = models::llama_preset("tiny");
+  // tiny: C 128, I 384, L 4, H 4, KV 2, D 32, V 259. Per layer q, o 128x128 each,
+  // k, v 128x64 each, gate, up, down 128x384 each; then the lm_head 259x128.
+  const double gemm = 4 * (2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 384) + 259 * 128;
+  const double attention = 6.0 * 4 * 4 * 32 * 128;  // 6 L H D T at T = 128
+  CHECK(model_flops_per_token(c, 128) == 6 * gemm + attention);
+  // Attention grows with T, the GEMMs do not.
+  CHECK(model_flops_per_token(c, 256) - model_flops_per_token(c, 128) == attention);
+}
+
+TEST_CASE("the GEMM peak is measured on the device in the dtype asked for") {
+  GemmPeak p = gemm_peak_measure(cpu_device(0), DType::f32, 2);
+  CHECK(p.flops_per_s > 1e8);  // any CPU does 0.1 GFLOP/s
+  CHECK(p.M == 1024);
+  CHECK(p.dtype == "f32");
+  CHECK_THROWS_WITH_AS(gemm_peak_measure(cpu_device(0), DType::i32), doctest::Contains("not i32"),
+                       Error);
+  CHECK_THROWS_WITH_AS(gemm_peak_measure(cpu_device(0), DType::f32, 0),
+                       doctest::Contains("at least one repeat"), Error);
+}
+
+TEST_CASE("the MFU line divides the achieved FLOPs by the measured peak") {
+  GemmPeak p{1e15, 8192, 8192, 8192, "bf16"};
+  const std::string line = mfu_line(1e5, 4e9, p);  // 4e14 FLOP/s of 1e15
+  CHECK(line ==
+        "MFU 40.0 % (400 TFLOP/s of a measured bf16 GEMM peak of 1000 TFLOP/s, "
+        "8192x8192x8192)");
+  CHECK(mfu_line(1e5, 4e9, GemmPeak{}) == "MFU: no GEMM peak was measured");
+}
