@@ -5,8 +5,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -19,8 +22,10 @@
 #include "apps/train/train_options.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
+#include "engine/core/file_io.h"
 #include "engine/parallel/data_parallel.h"
 #include "models/llama_checkpoint.h"
+#include "models/llama_model.h"
 
 namespace fanout::app {
 
@@ -30,13 +35,54 @@ struct EvalArgs {
   int64_t batch_size = 4, seq_len = 64, max_batches = 0;
   bool json = false;
   std::string precision = "fp32";
+  std::string logits;         // "": none; else the first batch's logits as a .npy file
   std::string device_memory;  // "": no cap
 };
+
+// A NumPy .npy (format 1.0) of little-endian f32 values of `shape`: what
+// numpy.load reads, so a script can compare fanout's logits with another model's.
+std::string npy_f32(const std::vector<float>& values, const std::vector<int64_t>& shape) {
+  std::string dims;
+  for (int64_t d : shape) dims += std::to_string(d) + ", ";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  // Magic (6) + version (2) + length (2) + header, padded with spaces to a multiple
+  // of 64 bytes, ending in a newline.
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  return out;
+}
+
+// The logits of `batch` from one model on `device` loaded from the checkpoint, as
+// fanout eval computes them (the same working dtype), to --logits.
+void write_logits(const EvalArgs& a, const models::LlamaConfig& config, Device device,
+                  DType working, const data::Batch& batch) {
+  models::LlamaModel m(config, device, "", working);
+  models::llama_load_weights(m, a.checkpoint);
+  Tensor inputs =
+      tensor_from_vector(m.compute_stream(), batch.inputs, {batch.B, batch.T}, DType::i32, device);
+  Tensor logits = m.forward_logits(inputs);
+  std::vector<float> host = tensor_to_vector<float>(m.compute_stream(), logits);
+  file_write_atomic(a.logits, npy_f32(host, {batch.B, batch.T, config.vocab_size}), "--logits");
+}
 
 int run_eval(const EvalArgs& a) {
   // The flags' ranges are checked by add_number; their product here.
   size_mul("--batch-size x --seq-len", {a.batch_size, a.seq_len});
   FANOUT_CHECK(!a.data.empty(), "--data: an empty string is not a file name");
+  if (!a.logits.empty()) {
+    file_check_output(a.logits, "--logits");
+    std::error_code ec;
+    FANOUT_CHECK(!std::filesystem::equivalent(a.logits, a.data, ec), "--logits names the --data ",
+                 "file ", a.data, "; give the logits a file of their own");
+  }
   std::vector<Device> devices = devices_parse(a.devices);
   devices_check_available(devices);
   if (!a.device_memory.empty())
@@ -66,8 +112,10 @@ int run_eval(const EvalArgs& a) {
   if (a.max_batches > 0) batches = std::min(batches, a.max_batches);
   double loss_sum = 0;
   int64_t tokens = 0;
+  std::optional<data::Batch> first;
   for (int64_t i = 0; i < batches; ++i) {
     data::Batch b = loader.next();
+    if (i == 0) first = b;
     parallel::LossStats st =
         dp.evaluate({b.B, b.T, b.inputs.data(), b.targets.data()}, models::kIgnoreIndex);
     loss_sum += st.loss_sum;
@@ -80,6 +128,13 @@ int run_eval(const EvalArgs& a) {
       loss, std::exp(loss), static_cast<long long>(tokens), static_cast<long long>(batches),
       static_cast<long long>(a.batch_size), static_cast<long long>(a.seq_len),
       devices_str(devices).c_str(), a.precision.c_str());
+  if (!a.logits.empty()) {
+    FANOUT_CHECK(first.has_value(), "--logits: the data holds no batch");
+    write_logits(a, config, devices[0], working, *first);
+    std::printf("logits of the first batch (%lld x %lld x %lld, f32) written to %s\n",
+                static_cast<long long>(first->B), static_cast<long long>(first->T),
+                static_cast<long long>(config.vocab_size), a.logits.c_str());
+  }
   if (a.json) {
     nlohmann::json j = {
         {"loss", loss}, {"tokens", tokens}, {"batches", batches}, {"perplexity", std::exp(loss)}};
@@ -113,6 +168,10 @@ Command add_eval_command(CLI::App& app) {
                   "fp32, or bf16 (the forward in mixed precision, as training runs it)")
       ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print a JSON object as the last line");
+  cmd->add_option("--logits", a->logits,
+                  "Also write the first batch's logits (B x T x vocab, f32) to this .npy file, "
+                  "from one model on the first device (for comparing with another "
+                  "implementation)");
   return [cmd, a]() -> int { return cmd->parsed() ? run_eval(*a) : -1; };
 }
 

@@ -526,6 +526,21 @@ step_e2e() {
       row 3 "generate greedy: $dev vs cpu:0" failed "differ: $dev ${a:-failed} / cpu:0 ${b:-failed}" "$(elapsed "$s0")"
     fi
   fi
+  # Checkpoints both ways with HF transformers itself (tests/reference/hf_interop.py):
+  # the default run's checkpoint in LlamaForCausalLM (logits and loss against fanout
+  # eval on $dev), and a model transformers saved, in fanout eval. --cpu, where
+  # transformers is seldom installed, stands llama_ref.py in for it.
+  local py=${FANOUT_PYTHON:-/usr/bin/python3} impl=transformers
+  [ "$cpu" = 0 ] || "$py" -c 'import transformers' >/dev/null 2>&1 || impl=ref
+  if [ ! -d "$work/default/final" ]; then
+    row 3 "HF interop ($impl)" failed "no checkpoint (the default run failed)" 0
+  else
+    run "$work/log" 180 10 "$py" "${FANOUT_REFERENCE_DIR:-$root/tests/reference}/hf_interop.py" \
+      --fanout "$fanout" --checkpoint "$work/default/final" --device "$dev" --impl "$impl"
+    figure=$(grep -E '^(fanout-to-hf|hf-to-fanout|transformers cannot)' "$work/log" | paste -sd';' - | sed 's/;/; /g')
+    check_row 3 "HF interop ($impl): a fanout checkpoint in LlamaForCausalLM, and back" e2e.txt \
+      "hf_interop.py --impl $impl" "$figure"
+  fi
   rm -rf "$work/default"
 
   train_run "${big[1]}" 240 big --devices "$dev" "${big[@]}"

@@ -426,3 +426,33 @@ TEST_CASE("eval reads a token file named otherwise as tokens, not text") {
     CHECK(eval_json(f.ckpt, f.dir / name) == want);  // read as text: 1,424 bytes, other batches
   }
 }
+
+TEST_CASE("eval --logits writes the first batch's logits as a .npy file, never over an input") {
+  EvalFiles f;
+  const std::string npy = f.dir / "logits.npy";
+  CliResult r = eval(f.ckpt, f.bin, {"--batch-size", "2", "--seq-len", "16", "--logits", npy});
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("logits of the first batch (2 x 16 x 259, f32) written to") !=
+        std::string::npos);
+  std::ifstream in(npy, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // NumPy format 1.0: magic, version, a header padded to 64 bytes, then the values.
+  REQUIRE(bytes.size() > 10);
+  CHECK(bytes.substr(0, 8) == std::string("\x93NUMPY\x01\x00", 8));
+  const size_t header = static_cast<unsigned char>(bytes[8]) |
+                        static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8;
+  CHECK((10 + header) % 64 == 0);
+  CHECK(bytes.find("'shape': (2, 16, 259, )") != std::string::npos);
+  CHECK(bytes.size() == 10 + header + 2 * 16 * 259 * sizeof(float));
+  // The values are logits: finite, not all equal.
+  std::vector<float> v((bytes.size() - 10 - header) / sizeof(float));
+  std::memcpy(v.data(), bytes.data() + 10 + header, v.size() * sizeof(float));
+  CHECK(std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }));
+  CHECK(*std::max_element(v.begin(), v.end()) > *std::min_element(v.begin(), v.end()));
+
+  const std::string before = file_read(f.bin);
+  check_fails(eval(f.ckpt, f.bin, {"--logits", f.bin}), "--logits names the --data file");
+  CHECK(file_read(f.bin) == before);
+  check_fails(eval(f.ckpt, f.bin, {"--logits", f.dir.path}), "--logits");
+}
