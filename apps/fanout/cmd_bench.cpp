@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -22,8 +21,8 @@
 #include "apps/fanout/commands.h"
 #include "apps/presentation/bench.h"
 #include "apps/presentation/bench_ddp.h"
-#include "apps/presentation/bench_mfu.h"
 #include "apps/presentation/bench_peers.h"
+#include "apps/presentation/bench_profile.h"
 #include "apps/presentation/bench_svg.h"
 #include "apps/train/ddp_env.h"
 #include "apps/train/device_memory.h"
@@ -327,49 +326,10 @@ int run_bench(const BenchArgs& given) {
       std::printf(" = %.2fx fanout fp32 best", best->tokens_per_s / f32->tokens_per_s);
     std::printf("\n");
   }
-  // MFU of each precision's best row over the GEMM peak measured now, on the first
-  // device, times the distinct devices the row used (two replicas on one GPU share it).
-  nlohmann::json mfu = nlohmann::json::array();
-  for (const std::string& precision : a.mfu ? precisions : std::vector<std::string>{}) {
-    const presentation::BenchResult* best = best_of(precision);
-    if (!best) continue;
-    presentation::GemmPeak peak = presentation::gemm_peak_measure(
-        setup.devices[0], precision == "bf16" ? DType::bf16 : DType::f32);
-    std::set<std::string> distinct;
-    for (const Device& d : setup.devices) distinct.insert(d.str());
-    peak.flops_per_s *= static_cast<double>(distinct.size());
-    const double per_token = presentation::model_flops_per_token(setup.config, a.seq_len);
-    std::printf("fanout %s best (%s): %s\n", precision.c_str(), best->mode.c_str(),
-                presentation::mfu_line(best->tokens_per_s, per_token, peak).c_str());
-    mfu.push_back(
-        {{"precision", precision},
-         {"mode", best->mode},
-         {"flops_per_token", per_token},
-         {"gemm_peak_flops_per_s", peak.flops_per_s},
-         {"gemm_shape", {peak.M, peak.N, peak.K}},
-         {"mfu", peak.flops_per_s > 0 ? best->tokens_per_s * per_token / peak.flops_per_s : 0.0}});
-  }
-  // Where one device's step goes, by kernel class, in each precision.
-  nlohmann::json kernels = nlohmann::json::array();
-  for (const std::string& precision : a.kernels ? precisions : std::vector<std::string>{}) {
-    presentation::BenchSetup k = setup;
-    k.devices = {setup.devices[0]};
-    k.working = precision == "bf16" ? DType::bf16 : DType::f32;
-    k.steps = 1, k.warmup = 1, k.profile_kernels = true;
-    presentation::BenchResult r = run_row("kernels", precision, [&] {
-      return presentation::bench_mode(k, presentation::bench_modes_parse("dp")[0]);
-    });
-    if (!r.failed.empty()) {
-      std::printf("kernel classes, 1 device %s: failed: %s\n", precision.c_str(), r.failed.c_str());
-      kernels.push_back({{"precision", precision}, {"status", "failed"}, {"reason", r.failed}});
-      continue;
-    }
-    std::printf("kernel classes, 1 device %s, one step %.2f ms: %s\n", precision.c_str(),
-                r.kernels_step_s * 1e3, presentation::bench_kernels_line(r).c_str());
-    nlohmann::json j = presentation::bench_kernels_json(r);
-    j["precision"] = precision, j["status"] = "ok";
-    kernels.push_back(j);
-  }
+  const nlohmann::json mfu =
+      a.mfu ? presentation::bench_mfu_report(setup, ran, precisions) : nlohmann::json::array();
+  const nlohmann::json kernels =
+      a.kernels ? presentation::bench_kernels_report(setup, precisions) : nlohmann::json::array();
   std::vector<presentation::BenchResult> memory_rows;
   if (base.failed.empty()) memory_rows.push_back(base);
   memory_rows.insert(memory_rows.end(), ran.begin(), ran.end());

@@ -207,29 +207,6 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
   return result;
 }
 
-std::string bench_kernels_line(const BenchResult& r) {
-  std::string line;
-  char buf[96];
-  const double step = r.kernels_step_s > 0 ? r.kernels_step_s : 1;
-  auto add = [&](const char* name, double secs) {
-    std::snprintf(buf, sizeof buf, "%s%s %.2f ms (%.1f %%)", line.empty() ? "" : ", ", name,
-                  secs * 1e3, 100.0 * secs / step);
-    line += buf;
-  };
-  for (int c = 0; c < kNumOpClasses; ++c)
-    add(op_class_name(static_cast<OpClass>(c)), r.kernels.seconds[c]);
-  add("other and launch gaps", std::max(0.0, r.kernels_step_s - r.kernels.total()));
-  return line;
-}
-
-nlohmann::json bench_kernels_json(const BenchResult& r) {
-  nlohmann::json j = {{"step_s", r.kernels_step_s}, {"ops", r.kernels.ops}};
-  for (int c = 0; c < kNumOpClasses; ++c)
-    j[op_class_name(static_cast<OpClass>(c))] = r.kernels.seconds[c];
-  j["other and launch gaps"] = std::max(0.0, r.kernels_step_s - r.kernels.total());
-  return j;
-}
-
 // --- the memory table ---------------------------------------------------------
 
 const std::vector<MemTag>& bench_memory_kinds() {

@@ -84,12 +84,6 @@ struct BenchSetup {
   bool profile_kernels = false;
 };
 
-// "GEMM 30.1 ms (58.8 %), attention ..., other and launch gaps 5.0 ms (9.8 %)":
-// r.kernels over r.kernels_step_s; the rest of the step is copies, fills,
-// communication and the time between launches.
-std::string bench_kernels_line(const BenchResult& r);
-nlohmann::json bench_kernels_json(const BenchResult& r);
-
 // Peaks are measured from the first timed step (every device's peaks reset
 // there), so each mode's are its own whatever ran before it.
 BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode);

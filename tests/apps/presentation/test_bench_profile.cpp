@@ -1,11 +1,12 @@
-// MFU for `fanout bench --mfu`: the FLOPs per token counted by hand for the tiny
-// preset, a GEMM peak measured on a CPU device, and the line that divides them.
+// `fanout bench --mfu --kernels` (apps/presentation/bench_profile.h): the FLOPs per
+// token counted by hand for the tiny preset, a GEMM peak measured on a CPU device,
+// the MFU line, and the kernel-class line of a profiled step.
 
 #include <doctest/doctest.h>
 
 #include <string>
 
-#include "apps/presentation/bench_mfu.h"
+#include "apps/presentation/bench_profile.h"
 #include "engine/core/check.h"
 #include "models/llama_config.h"
 
@@ -41,4 +42,19 @@ TEST_CASE("the MFU line divides the achieved FLOPs by the measured peak") {
         "MFU 40.0 % (400 TFLOP/s of a measured bf16 GEMM peak of 1000 TFLOP/s, "
         "8192x8192x8192)");
   CHECK(mfu_line(1e5, 4e9, GemmPeak{}) == "MFU: no GEMM peak was measured");
+}
+
+TEST_CASE("the kernel-class line: each class over the step, the rest as other and launch gaps") {
+  BenchResult r;
+  r.kernels_step_s = 0.010;
+  r.kernels.seconds = {0.004, 0.002, 0.001, 0.0015, 0.0005};  // GEMM .. optimizer: 9 ms
+  CHECK(bench_kernels_line(r) ==
+        "GEMM 4.00 ms (40.0 %), attention 2.00 ms (20.0 %), loss 1.00 ms (10.0 %), element-wise "
+        "1.50 ms (15.0 %), optimizer 0.50 ms (5.0 %), other and launch gaps 1.00 ms (10.0 %)");
+  nlohmann::json j = bench_kernels_json(r);
+  CHECK(j["GEMM"].get<double>() == 0.004);
+  CHECK(j["other and launch gaps"].get<double>() == doctest::Approx(0.001));
+  // Overlapping streams can sum past the wall time: the rest is never negative.
+  r.kernels_step_s = 0.005;
+  CHECK(bench_kernels_json(r)["other and launch gaps"].get<double>() == 0);
 }
