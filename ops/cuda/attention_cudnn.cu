@@ -232,6 +232,9 @@ bool attention_cudnn_backward(void* stream, uint16_t* dq, uint16_t* dk, uint16_t
   const size_t row_sum = align256(sizeof(float) * B * H * T);
   StreamScratch scratch(ws + row_sum + sizeof(float) * n, s);
   char* base = scratch.as<char>();
+  // The engine adds dq's partial sums into its accumulator (atomics), so it starts
+  // from zero; the row sums are written whole.
+  FANOUT_CUDA_CHECK(cudaMemsetAsync(base + ws + row_sum, 0, sizeof(float) * n, s));
   float scale = sdpa_scale(D), neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f;
   const std::vector<int64_t> uids{kUidQ,      kUidK,   kUidV,      kUidO,      kUidDO,
                                   kUidStats,  kUidDQ,  kUidDK,     kUidDV,     kUidScale,
