@@ -218,15 +218,20 @@ LtPlan& lt_plan(const GemmKey& key, const ColMajorGemm& g) {
   return *it->second;
 }
 
-// D = op(A) op(B) + beta C through cublasGemmEx, which accumulates in place: C is
-// first copied into D (only the m valid rows of each column) when they differ.
+// cublasSgemm and cublasGemmEx accumulate in place (D = op(A) op(B) + beta D): a C
+// other than D is first copied into D, only the m valid rows of each column.
+void copy_c_into_d(cudaStream_t s, const ColMajorGemm& g, float beta, const void* C, void* D,
+                   DType cd) {
+  if (beta == 0.0f || C == D) return;
+  const size_t es = dtype_size(cd);
+  FANOUT_CUDA_CHECK(
+      cudaMemcpy2DAsync(D, g.ldc * es, C, g.ldc * es, g.m * es, g.n, cudaMemcpyDeviceToDevice, s));
+}
+
+// D = op(A) op(B) + beta C through cublasGemmEx.
 void gemm_ex(cudaStream_t s, const ColMajorGemm& g, const void* A, const void* B, float beta,
              const void* C, void* D, DType cd) {
-  if (beta != 0.0f && C != D) {
-    const size_t es = dtype_size(cd);
-    FANOUT_CUDA_CHECK(cudaMemcpy2DAsync(D, g.ldc * es, C, g.ldc * es, g.m * es, g.n,
-                                        cudaMemcpyDeviceToDevice, s));
-  }
+  copy_c_into_d(s, g, beta, C, D, cd);
   const float alpha = 1.0f;
   FANOUT_CUBLAS_CHECK(cublasGemmEx(
       cublas_handle(s), cublas_op(g.transa), cublas_op(g.transb), static_cast<int>(g.m),
@@ -248,14 +253,15 @@ void check_dims(const ColMajorGemm& g) {
 // ---------------------------------------------------------------------------
 
 void gemm_f32(void* stream, const ColMajorGemm& g, const float* A, const float* B, float beta,
-              float* C) {
+              const float* C, float* D) {
   check_dims(g);
   auto s = static_cast<cudaStream_t>(stream);
+  copy_c_into_d(s, g, beta, C, D, DType::f32);
   const float alpha = 1.0f;
   FANOUT_CUBLAS_CHECK(
       cublasSgemm(cublas_handle(s), cublas_op(g.transa), cublas_op(g.transb), static_cast<int>(g.m),
                   static_cast<int>(g.n), static_cast<int>(g.k), &alpha, A, static_cast<int>(g.lda),
-                  B + g.b_offset, static_cast<int>(g.ldb), &beta, C, static_cast<int>(g.ldc)));
+                  B + g.b_offset, static_cast<int>(g.ldb), &beta, D, static_cast<int>(g.ldc)));
 }
 
 void gemm_bf16(void* stream, const ColMajorGemm& g, const void* A, const void* B, float beta,

@@ -12,9 +12,10 @@
 
 namespace fanout::ops::cuda {
 
-// C (m, n) = op(A) op(B) + beta C, in place, on `stream` (a cudaStream_t).
+// D (m, n) = op(A) op(B) + beta C, all f32, on `stream` (a cudaStream_t); C may be D,
+// and is not read when beta is 0. Columns between m and ldc of D are never written.
 void gemm_f32(void* stream, const ColMajorGemm& g, const float* A, const float* B, float beta,
-              float* C);
+              const float* C, float* D);
 
 // D (m, n) = op(A) op(B) + beta C, A and B bf16, products accumulated in fp32. C and D
 // have dtype cd (f32 or bf16) and g's layout; C may be D, and is not read when beta

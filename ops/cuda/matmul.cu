@@ -13,22 +13,14 @@ namespace fanout::ops::cuda {
 
 namespace {
 
-// D = op(A) op(B) + beta C for inputs of dtype `in`. cublasSgemm accumulates in
-// place, so an f32 C other than D is first copied into D's valid rows.
+// D = op(A) op(B) + beta C for inputs of dtype `in` (f32 inputs: f32 C and D).
 void gemm(cudaStream_t s, const ColMajorGemm& g, DType in, const void* A, const void* B, float beta,
           const void* C, void* D, DType cd) {
-  if (in == DType::bf16) {
-    gemm_bf16(s, g, A, B, beta, C, D, cd);
-    return;
-  }
+  if (in == DType::bf16) return gemm_bf16(s, g, A, B, beta, C, D, cd);
   FANOUT_ASSERT(in == DType::f32 && cd == DType::f32, "matmul: ", dtype_name(in), " inputs with ",
                 dtype_name(cd), " out");
-  if (beta != 0.0f && C != D) {
-    FANOUT_CUDA_CHECK(cudaMemcpy2DAsync(D, g.ldc * sizeof(float), C, g.ldc * sizeof(float),
-                                        g.m * sizeof(float), g.n, cudaMemcpyDeviceToDevice, s));
-  }
   gemm_f32(s, g, static_cast<const float*>(A), static_cast<const float*>(B), beta,
-           static_cast<float*>(D));
+           static_cast<const float*>(C), static_cast<float*>(D));
 }
 
 }  // namespace
