@@ -30,8 +30,7 @@ namespace {
 cudnnHandle_t cudnn_handle(cudaStream_t stream) {
   static std::mutex mu;
   static auto* handles = new std::map<std::pair<int, cudaStream_t>, cudnnHandle_t>();
-  int device = -1;
-  FANOUT_CUDA_CHECK(cudaGetDevice(&device));
+  const int device = current_device();
   std::lock_guard<std::mutex> lock(mu);
   auto [it, inserted] = handles->try_emplace({device, stream}, nullptr);
   if (inserted) {
@@ -152,12 +151,6 @@ bool execute(cudnnHandle_t handle, const SdpaKey& key, const CachedPlan& plan,
 
 float sdpa_scale(int64_t D) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));  // as the CPU rounds it
-}
-
-int current_device() {
-  int device = -1;
-  FANOUT_CUDA_CHECK(cudaGetDevice(&device));
-  return device;
 }
 
 }  // namespace

@@ -35,6 +35,13 @@ class BoundStream {
   CudaDeviceGuard guard_;
 };
 
+// The calling thread's current device (inside a BoundStream scope: the stream's).
+inline int current_device() {
+  int device = -1;
+  FANOUT_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
 // Blocks for a grid-stride loop over n items: one item per thread up to a cap
 // (the loop covers the rest), at least one block.
 inline int grid_for(int64_t n, int block = kBlock) {

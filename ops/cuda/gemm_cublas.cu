@@ -17,6 +17,7 @@
 
 #include "engine/core/check.h"
 #include "engine/core/cuda_check.h"
+#include "ops/cuda/common.cuh"
 
 // A cuBLAS or cuBLASLt call that must succeed: the status, the current device,
 // the statement and file:line in the message.
@@ -34,12 +35,6 @@ void cublas_check(cublasStatus_t st, const char* what, const char* file, int lin
   detail::throw_error(detail::str_cat("cuBLAS error on cuda:", device, ": ",
                                       cublasGetStatusString(st), " in `", what, "` at ", file, ":",
                                       line));
-}
-
-int current_device() {
-  int device = -1;
-  FANOUT_CUDA_CHECK(cudaGetDevice(&device));
-  return device;
 }
 
 // The handle for (current device, stream), created on first use and bound to the
