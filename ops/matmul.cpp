@@ -25,9 +25,10 @@ int64_t row_stride(const char* op, const char* name, int64_t ld, int64_t OC) {
   return ld == 0 ? OC : ld;
 }
 
-// Elements spanned by N rows of OC, ld apart: the last row needs no padding.
+// Elements N rows of OC, ld apart, must hold: with padding, every row's, the last
+// row's too (matmul.h: cuBLASLt may load a whole row's stride).
 int64_t rows_extent(int64_t N, int64_t OC, int64_t ld) {
-  return N > 0 ? (N - 1) * ld + OC : 0;
+  return ld == OC ? N * OC : N * ld;
 }
 
 }  // namespace

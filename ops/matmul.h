@@ -14,8 +14,8 @@ namespace fanout::ops {
 // out (N, OC) = inp (N, C) weight (OC, C)^T; out is overwritten. out is f32, or
 // bf16 for bf16 inputs (one rounding of the fp32 sum at the store). out's rows are
 // ld_out apart (0: OC), for the LM head's padded logits (vocab_padded,
-// ops/gemm_plan.h): out holds (N - 1) * ld_out + OC elements, and the columns
-// between OC and ld_out are not written.
+// ops/gemm_plan.h): out holds N * ld_out elements, the last row's padding
+// included, and the columns between OC and ld_out are not written.
 void matmul_forward(Stream& stream, const Tensor& out, const Tensor& inp, const Tensor& weight,
                     int64_t N, int64_t C, int64_t OC, int64_t ld_out = 0);
 
@@ -30,7 +30,10 @@ void matmul_forward_residual(Stream& stream, const Tensor& out, const Tensor& re
 // An undefined dinp skips that product (the first layer needs no input gradient),
 // an undefined dweight the other (matmul_backward_weight_rows computes it in parts).
 // dinp and dweight are f32 whatever the dtype of dout, inp and weight. dout's rows
-// are ld_dout apart (0: OC); the columns between OC and ld_dout are not read.
+// are ld_dout apart (0: OC), N * ld_dout elements when padded: the columns
+// between OC and ld_dout never change the result, but cuBLASLt's vectorised
+// kernels may load them, the last row's too (a buffer of (N - 1) * ld + OC
+// elements was read past its end on an H100).
 void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, int64_t N, int64_t C, int64_t OC,
                      int64_t ld_dout = 0);

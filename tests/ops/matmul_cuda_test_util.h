@@ -61,10 +61,11 @@ inline void check_float_close(CpuAndCuda& s, const TensorPair& t, double rtol, d
   CHECK_MESSAGE(all_close(got, ref, rtol, atol, &why), why);
 }
 
-// (N, OC) values as rows ld apart with the sentinel between: (N - 1) * ld + OC elements.
+// (N, OC) values as rows ld apart with the sentinel between and after: N * ld
+// elements, as the ops require of padded rows (ops/matmul.h).
 inline std::vector<double> padded_rows(const std::vector<double>& dense, int64_t N, int64_t OC,
                                        int64_t ld) {
-  std::vector<double> p((N - 1) * ld + OC, kMatmulSentinel);
+  std::vector<double> p(N * ld, kMatmulSentinel);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < OC; ++o) p[n * ld + o] = dense[n * OC + o];
   return p;

@@ -34,10 +34,10 @@ std::vector<double> small_ints(size_t n, uint64_t seed) {
   return v;
 }
 
-// (N, OC) values as rows ld apart, the padding holding the sentinel; the last row
-// unpadded, as (N - 1) * ld + OC elements are all the ops may assume.
+// (N, OC) values as rows ld apart, the padding (the last row's too: N * ld
+// elements, as the ops require) holding the sentinel.
 std::vector<double> to_padded(const std::vector<double>& dense, int64_t N, int64_t OC, int64_t ld) {
-  std::vector<double> p((N - 1) * ld + OC, kSentinel);
+  std::vector<double> p(N * ld, kSentinel);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < OC; ++o) p[n * ld + o] = dense[n * OC + o];
   return p;
@@ -79,7 +79,7 @@ TEST_CASE("matmul forward with ld_out writes the dense result and leaves the pad
       ops::matmul_forward(s, dense, x, w, N, C, OC);
       std::vector<double> want = float_values(s, dense);
       REQUIRE(max_abs(want) > 0);
-      const int64_t extent = (N - 1) * ld + OC;
+      const int64_t extent = N * ld;
       // Junk in the valid columns: forward must overwrite them.
       Tensor out = float_tensor(s, out_dtype,
                                 to_padded(std::vector<double>(N * OC, 3.0), N, OC, ld), {extent});
@@ -97,7 +97,7 @@ TEST_CASE("matmul forward with ld_out and no input channels zeroes only the vali
   for (DType dt : {DType::f32, DType::bf16}) {
     Tensor one = float_tensor(s, dt, {1.0}, {1});
     Tensor out =
-        float_tensor(s, dt, to_padded(std::vector<double>(N * OC, 3.0), N, OC, ld), {2 * ld + OC});
+        float_tensor(s, dt, to_padded(std::vector<double>(N * OC, 3.0), N, OC, ld), {N * ld});
     ops::matmul_forward(s, out, one, one, N, 0, OC, ld);
     bool intact = false;
     CHECK(from_padded(float_values(s, out), N, OC, ld, &intact) == std::vector<double>(N * OC));
@@ -121,7 +121,7 @@ TEST_CASE("matmul backward with ld_dout equals the dense backward and ignores th
       ops::matmul_backward(s, dense_dx, dense_dw, float_tensor(s, in, dy, {N, OC}), tx, tw, N, C,
                            OC);
       Tensor dx = f32_tensor(s, dx0, {N, C}), dw = f32_tensor(s, dw0, {OC, C});
-      Tensor tdy = float_tensor(s, in, to_padded(dy, N, OC, ld), {(N - 1) * ld + OC});
+      Tensor tdy = float_tensor(s, in, to_padded(dy, N, OC, ld), {N * ld});
       ops::matmul_backward(s, dx, dw, tdy, tx, tw, N, C, OC, ld);
       REQUIRE(f32_values(s, dense_dw) != dw0);
       CHECK(f32_values(s, dx) == f32_values(s, dense_dx));
@@ -143,14 +143,22 @@ TEST_CASE("matmul backward with ld_dout equals the dense backward and ignores th
 
 TEST_CASE("matmul refuses a leading dimension below OC or a tensor short of the padded extent") {
   Stream s(cpu_device(0), "cpu:0 compute");
-  const int64_t N = 2, C = 3, OC = 5;
+  const int64_t N = 2, C = 3, OC = 5, ld = 64;
   Tensor x = f32_tensor(s, std::vector<double>(N * C, 1.0), {N, C});
   Tensor w = f32_tensor(s, std::vector<double>(OC * C, 1.0), {OC, C});
-  Tensor out = f32_tensor(s, std::vector<double>(64 + OC - 1, 0.0), {64 + OC - 1});
-  CHECK_THROWS_AS(ops::matmul_forward(s, out, x, w, N, C, OC, 4), InternalError);
-  CHECK_THROWS_AS(ops::matmul_forward(s, out, x, w, N, C, OC, 64), InternalError);  // one short
-  CHECK_THROWS_AS(ops::matmul_backward(s, x, w, out, x, w, N, C, OC, 64), InternalError);
-  CHECK_THROWS_AS(ops::matmul_backward_weight_rows(s, w, out, x, N, C, OC, 0, OC, 3),
+  Tensor whole = f32_tensor(s, std::vector<double>(N * ld, 0.0), {N * ld});
+  CHECK_THROWS_AS(ops::matmul_forward(s, whole, x, w, N, C, OC, 4), InternalError);
+  // The last row's padding is required too: cuBLASLt loads whole strides.
+  for (int64_t extent : {(N - 1) * ld + OC, N * ld - 1}) {
+    CAPTURE(extent);
+    Tensor out = f32_tensor(s, std::vector<double>(extent, 0.0), {extent});
+    CHECK_THROWS_AS(ops::matmul_forward(s, out, x, w, N, C, OC, ld), InternalError);
+    CHECK_THROWS_AS(ops::matmul_backward(s, x, w, out, x, w, N, C, OC, ld), InternalError);
+    CHECK_THROWS_AS(ops::matmul_backward_weight_rows(s, w, out, x, N, C, OC, 0, OC, ld),
+                    InternalError);
+  }
+  CHECK_THROWS_AS(ops::matmul_backward_weight_rows(s, w, whole, x, N, C, OC, 0, OC, 3),
                   InternalError);
+  ops::matmul_forward(s, whole, x, w, N, C, OC, ld);  // N * ld: accepted
   s.synchronize();
 }
