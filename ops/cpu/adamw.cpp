@@ -22,7 +22,8 @@ constexpr int64_t kChunk = 4096;
 
 // One range of the update; a function of its own so that each target clone
 // (FANOUT_VECTOR_CLONES) vectorises the loop: every operation is IEEE-exact
-// (multiply, add, divide, sqrt), so all clones give the same bits.
+// (multiply, add, divide, sqrt) and none is contracted into an FMA (ops/
+// CMakeLists.txt), so all clones, and the CUDA kernel, give the same bits.
 template <typename T>
 FANOUT_VECTOR_CLONES void adamw_range(T* __restrict params, const T* __restrict grads,
                                       T* __restrict m, T* __restrict v, int64_t begin, int64_t end,

@@ -177,6 +177,46 @@ TEST_CASE("adamw f32 dispatch on a CPU device agrees with double") {
   }
 }
 
+// f32 AdamW with every operation rounded once, as IEEE float arithmetic without FMA
+// does: each product, sum, quotient and root is exact in double (or rounded there
+// harmlessly: 53 >= 2 * 24 + 2 bits) and then rounded to float. The CUDA kernel
+// computes exactly this with its _rn intrinsics.
+void adamw_float_ops(std::vector<float>& p, const std::vector<float>& g, std::vector<float>& m,
+                     std::vector<float>& v, const ops::AdamWConfig& c, int64_t step, float scale) {
+  auto f = [](double x) { return static_cast<float>(x); };
+  const double lr = c.lr, wd = c.weight_decay, b1 = c.beta1, b2 = c.beta2;
+  const float decay = f(1.0 - lr * wd), fb1 = f(b1), omb1 = f(1.0 - b1), fb2 = f(b2),
+              omb2 = f(1.0 - b2), eps = f(c.eps);
+  const float neg_step = f(-lr / (1.0 - std::pow(b1, static_cast<double>(step))));
+  const float bc2_sqrt = f(std::sqrt(1.0 - std::pow(b2, static_cast<double>(step))));
+  for (size_t i = 0; i < p.size(); ++i) {
+    const float gi = f(double{g[i]} * scale), pi = f(double{p[i]} * decay);
+    m[i] = f(double{f(double{m[i]} * fb1)} + f(double{omb1} * gi));
+    v[i] = f(double{f(double{v[i]} * fb2)} + f(double{f(double{omb2} * gi)} * gi));
+    const float denom = f(double{f(double{f(std::sqrt(double{v[i]}))} / bc2_sqrt)} + eps);
+    p[i] = f(double{pi} + f(double{f(double{neg_step} * m[i])} / denom));
+  }
+}
+
+TEST_CASE("adamw rounds each operation once, as the CUDA kernel does: no FMA on any CPU") {
+  // Bit equality with CUDA needs the CPU loop (every target clone) to round like
+  // float arithmetic without contraction; an FMA anywhere changes some elements.
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t n = 10007;
+  State init = initial_state(n, 8);
+  std::vector<float> p(init.p.begin(), init.p.end()), m(n, 0.0f), v(n, 0.0f);
+  Tensor tp = f32_tensor(s, init.p, {n}), tm = f32_tensor(s, init.m, {n});
+  Tensor tv = f32_tensor(s, init.v, {n});
+  for (int64_t step = 1; step <= 3; ++step) {
+    const std::vector<double> g = random_vector(n, 40 + step, -3, 3);
+    ops::adamw_update(s, tp, f32_tensor(s, g, {n}), tm, tv, n, kConfig, step, 0.37f);
+    adamw_float_ops(p, std::vector<float>(g.begin(), g.end()), m, v, kConfig, step, 0.37f);
+  }
+  CHECK(tensor_to_vector<float>(s, tm) == m);
+  CHECK(tensor_to_vector<float>(s, tv) == v);
+  CHECK(tensor_to_vector<float>(s, tp) == p);
+}
+
 TEST_CASE("adamw rejects a step count below one and invalid betas") {
   Stream s(cpu_device(0), "cpu:0 compute");
   Tensor t = f32_tensor(s, {1.0}, {1});
