@@ -18,6 +18,10 @@ namespace fanout::test {
 // differences of the fp32 math the two sides do (a different FMA contraction, or
 // float against double); a second rounding, or math in bf16, would exceed it.
 constexpr double kBf16Rtol = 1.0 / 256;
+// Two roundings to bf16 of fp32 values a few ulp apart (different summation orders
+// on two devices) land on the same bf16 or on neighbours: one bf16 step, at most
+// 2^-7 of the value.
+constexpr double kBf16Step = 1.0 / 128;
 
 // x rounded to the nearest bf16 (through float), as doubles: exact in f32 and bf16.
 inline std::vector<double> bf16_rounded(const std::vector<double>& x) {

@@ -133,8 +133,9 @@ TEST_CASE("bf16 exact attention on cuda:0 matches the CPU's bf16 kernel, every d
     TensorPair lse = f32_pair(s, random_vector(B * H * T, 25), {B, H, T});
     ops::attention_forward(s.cpu, out.cpu, lse.cpu, q.cpu, k.cpu, v.cpu, B, T, T, H, KV, D);
     ops::attention_forward(s.gpu, out.gpu, lse.gpu, q.gpu, k.gpu, v.gpu, B, T, T, H, KV, D);
-    // One rounding of values that agree to fp32 precision: at most one bf16 step apart.
-    check_close_scaled(bf16_values(s.gpu, out.gpu), bf16_values(s.cpu, out.cpu), kBf16Rtol, 1e-4,
+    // One rounding of values that agree to fp32 precision: at most one bf16 step apart
+    // (the H100 showed such neighbours in out, dq, dk and dv).
+    check_close_scaled(bf16_values(s.gpu, out.gpu), bf16_values(s.cpu, out.cpu), kBf16Step, 1e-4,
                        "out");
     check_cuda_matches_cpu(s, lse, 1e-5, 1e-5, "lse");
     // The backward from the CPU's out and lse on both sides.
@@ -153,12 +154,12 @@ TEST_CASE("bf16 exact attention on cuda:0 matches the CPU's bf16 kernel, every d
       ops::attention_backward(s.gpu, dq.gpu, dk.gpu, dv.gpu, dout.gpu, q.gpu, k.gpu, v.gpu,
                               out_c.gpu, lse_c.gpu, B, T, H, KV, D);
       if (T > 1) {
-        check_close_scaled(bf16_values(s.gpu, dq.gpu), bf16_values(s.cpu, dq.cpu), kBf16Rtol, 1e-4,
+        check_close_scaled(bf16_values(s.gpu, dq.gpu), bf16_values(s.cpu, dq.cpu), kBf16Step, 1e-4,
                            "dq");
-        check_close_scaled(bf16_values(s.gpu, dk.gpu), bf16_values(s.cpu, dk.cpu), kBf16Rtol, 1e-4,
+        check_close_scaled(bf16_values(s.gpu, dk.gpu), bf16_values(s.cpu, dk.cpu), kBf16Step, 1e-4,
                            "dk");
       }
-      check_close_scaled(bf16_values(s.gpu, dv.gpu), bf16_values(s.cpu, dv.cpu), kBf16Rtol, 1e-4,
+      check_close_scaled(bf16_values(s.gpu, dv.gpu), bf16_values(s.cpu, dv.cpu), kBf16Step, 1e-4,
                          "dv");
     }
   }
@@ -192,8 +193,10 @@ TEST_CASE("cuDNN fused attention matches the exact kernel in bf16, GQA and odd T
     // The model's f32 dout goes through a bf16 copy: the same values, the same result
     // (up to the order of cuDNN's atomic dq sums).
     const Result f32_dout = run(gpu, p, I::cudnn, I::cudnn, false);
-    check_close_scaled(f32_dout.dq, cudnn.dq, kBf16Rtol, 1e-3, "dq, f32 dout");
-    check_close_scaled(f32_dout.dk, cudnn.dk, kBf16Rtol, 1e-3, "dk, f32 dout");
+    if (c.T > 1) {  // T = 1: dq and dk are zeros (a softmax over one key)
+      check_close_scaled(f32_dout.dq, cudnn.dq, kBf16Rtol, 1e-3, "dq, f32 dout");
+      check_close_scaled(f32_dout.dk, cudnn.dk, kBf16Rtol, 1e-3, "dk, f32 dout");
+    }
     check_close_scaled(f32_dout.dv, cudnn.dv, kBf16Rtol, 1e-3, "dv, f32 dout");
   }
 }

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/embedding.h"
@@ -38,8 +39,12 @@ TEST_CASE("embedding forward and backward on cuda:0 match the CPU") {
     TensorPair dtable = f32_pair(s, random_vector(V * C, 5), {V, C});  // accumulated into
     ops::embedding_backward(s.cpu, dtable.cpu, dout.cpu, ids.cpu, N, C, V);
     ops::embedding_backward(s.gpu, dtable.gpu, dout.gpu, ids.gpu, N, C, V);
-    // atomicAdd order differs from the CPU's token order: sums of up to N/V terms.
-    check_cuda_matches_cpu(s, dtable, 1e-5, 1e-4, "dtable");
+    // atomicAdd order differs from the CPU's token order: sums of about N/V terms
+    // in [-1, 1], whose fp32 rounding grows as the square root of their count
+    // (N = 8192, V = 2 differed by 1.5e-4 on an H100). A lost or doubled term
+    // would be off by about 0.5.
+    const double terms = static_cast<double>(N) / static_cast<double>(V);
+    check_cuda_matches_cpu(s, dtable, 1e-5, 1e-4 * std::max(1.0, std::sqrt(terms)), "dtable");
   }
 }
 

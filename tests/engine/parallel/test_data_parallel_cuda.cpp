@@ -18,16 +18,18 @@ using parallel::Strategy;
 
 namespace {
 
-// Losses and grad norms within rtol, each parameter's gradient within grad_rel
-// (relative L2), the AdamW updates within update_rel.
+// Losses and grad norms within rtol (grad norms after the first step within
+// later_norm_rtol, 0: rtol), each parameter's gradient within grad_rel (relative
+// L2), the AdamW updates within update_rel.
 void check_close_runs(const RunResult& got, const RunResult& ref, double rtol, double grad_rel,
-                      double update_rel) {
+                      double update_rel, double later_norm_rtol = 0) {
   models::LlamaLayout layout(small_test_config());
   REQUIRE(got.losses.size() == ref.losses.size());
   for (size_t s = 0; s < ref.losses.size(); ++s) {
     CAPTURE(s);
     CHECK(std::abs(got.losses[s] - ref.losses[s]) <= rtol * std::abs(ref.losses[s]));
-    CHECK(std::abs(got.grad_norms[s] - ref.grad_norms[s]) <= rtol * ref.grad_norms[s]);
+    const double norm_rtol = s > 0 && later_norm_rtol > 0 ? later_norm_rtol : rtol;
+    CHECK(std::abs(got.grad_norms[s] - ref.grad_norms[s]) <= norm_rtol * ref.grad_norms[s]);
   }
   for (const models::ParamInfo& p : layout.params()) {
     std::vector<float> a(got.first_grads.begin() + p.offset,
@@ -90,6 +92,10 @@ TEST_CASE("bf16: one cuda:0 tracks one cpu:0 running the same fused classifier")
   const RunResult ref = run_data_parallel(cpu, batch, 3, 7, DType::bf16, nullptr, true);
   const RunResult got = run_data_parallel(gpu, batch, 3, 7, DType::bf16, nullptr, true);
   REQUIRE(ref.losses[2] < ref.losses[0]);
-  // Different kernels round differently at each bf16 store: close, not equal.
-  check_close_runs(got, ref, 2e-3, 5e-2, 5e-2);
+  // Different kernels round differently at each bf16 store (and cuDNN's attention
+  // rounds its probabilities to bf16 where the CPU's keeps fp32): close, not equal.
+  // After the first step the weights differ too, AdamW's first updates being about
+  // +-lr whatever a gradient's size: the grad norm differed by 0.8 % at the third
+  // step on an H100.
+  check_close_runs(got, ref, 2e-3, 5e-2, 5e-2, 2e-2);
 }
