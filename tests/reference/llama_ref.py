@@ -147,12 +147,21 @@ class LlamaRMSNorm(nn.Module):
         return self.weight * h.to(input_dtype)
 
 
-def rope_cos_sin(seq_len, head_dim, theta, dtype):
-    """cos, sin of shape [T, D]. In fp32 this is HF LlamaRotaryEmbedding's computation:
-    inv_freq and the angles t * inv_freq in float32, cos/sin in float32."""
+def rope_cos_sin(seq_len, head_dim, theta, dtype, device=None):
+    """cos, sin of shape [T, D] on device (default: the CPU). In fp32 this is HF
+    LlamaRotaryEmbedding's computation: inv_freq and the angles t * inv_freq in float32,
+    cos/sin in float32 (on a GPU, as HF does there: on the device, autocast off)."""
     cd = _compute_dtype(dtype)
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(cd) / head_dim))
-    positions = torch.arange(seq_len, dtype=torch.int64).to(cd)
+    if device is not None and torch.device(device).type != "cpu":
+        with torch.autocast(torch.device(device).type, enabled=False):
+            return _rope_cos_sin(seq_len, head_dim, theta, dtype, cd, device)
+    return _rope_cos_sin(seq_len, head_dim, theta, dtype, cd, device)
+
+
+def _rope_cos_sin(seq_len, head_dim, theta, dtype, cd, device):
+    arange = torch.arange(0, head_dim, 2, dtype=torch.int64, device=device)
+    inv_freq = 1.0 / (theta ** (arange.to(cd) / head_dim))
+    positions = torch.arange(seq_len, dtype=torch.int64, device=device).to(cd)
     freqs = torch.outer(positions, inv_freq)          # [T, D/2]
     emb = torch.cat((freqs, freqs), dim=-1)            # [T, D]: angle of element j is freqs[j mod D/2]
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -246,7 +255,8 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids):
         h = self.embed_tokens(input_ids)
-        cos, sin = rope_cos_sin(input_ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, h.dtype)
+        cos, sin = rope_cos_sin(input_ids.shape[1], self.cfg.head_dim, self.cfg.rope_theta, h.dtype,
+                                h.device)
         for layer in self.layers:
             h = layer(h, cos, sin)
         return self.norm(h)

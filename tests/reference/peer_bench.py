@@ -59,6 +59,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -541,6 +542,14 @@ def emit(res, json_path):
     print(line, flush=True)
 
 
+def failure_line(e):
+    """One line for an exception: its type and the first lines of its message that say
+    something (torch.compile's wrap the cause on a second line and then advice)."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("Set TORCHDYNAMO_VERBOSE")][:2]
+    return (f"{type(e).__name__}: " + " / ".join(lines))[:400]
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     a = build_parser().parse_args(argv)
@@ -579,6 +588,10 @@ def main(argv=None):
         except KeyboardInterrupt:
             print("peer_bench: interrupted", file=sys.stderr)
             return 130
+        except Exception as e:  # PyTorch's own failure: the traceback, then one line for fanout
+            traceback.print_exc()
+            print(f"peer_bench: error: {failure_line(e)}", file=sys.stderr)
+            return 1
     try:
         emit(res, a.json)
     except OSError as e:
