@@ -14,7 +14,7 @@ void adamw_update(Stream& stream, const Tensor& params, const Tensor& grads, con
                   const Tensor& v, int64_t n, const AdamWConfig& config, int64_t step,
                   float grad_scale, const Tensor& working) {
   const char* op = "adamw_update";
-  OpScope scope(stream, OpClass::optimizer);
+  OpScope scope(stream, OpClass::optimizer, op);
   // The same checks as torch.optim.AdamW's constructor, plus the step count.
   FANOUT_CHECK(config.lr >= 0, op, ": invalid learning rate ", config.lr);
   FANOUT_CHECK(config.eps >= 0, op, ": invalid epsilon ", config.eps);

@@ -55,7 +55,7 @@ void attention_forward(Stream& stream, const Tensor& out, const Tensor& lse, con
                        const Tensor& k, const Tensor& v, int64_t B, int64_t Tq, int64_t Tk,
                        int64_t H, int64_t KV, int64_t D) {
   const char* op = "attention_forward";
-  OpScope scope(stream, OpClass::attention);
+  OpScope scope(stream, OpClass::attention, op);
   check_heads(op, H, KV, D);
   FANOUT_ASSERT(Tk >= Tq, op, ": ", Tq, " queries but only ", Tk, " keys");
   // q, k, v, out share one storage dtype X (f32 or bf16); lse is f32.
@@ -107,7 +107,7 @@ void attention_backward(Stream& stream, const Tensor& dq, const Tensor& dk, cons
                         const Tensor& out, const Tensor& lse, int64_t B, int64_t T, int64_t H,
                         int64_t KV, int64_t D) {
   const char* op = "attention_backward";
-  OpScope scope(stream, OpClass::attention);
+  OpScope scope(stream, OpClass::attention, op);
   check_heads(op, H, KV, D);
   // q, k, v, out and the gradients dq, dk, dv share one storage dtype X; dout is f32
   // or bf16 on its own; lse is f32.

@@ -10,7 +10,7 @@ namespace fanout::ops {
 
 void cast_f32_to_bf16(Stream& stream, const Tensor& dst, const Tensor& src, int64_t n) {
   const char* op = "cast_f32_to_bf16";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   check_arg(op, "dst", stream, dst, DType::bf16, n);
   check_arg(op, "src", stream, src, DType::f32, n);
   switch (stream.device().kind) {
@@ -29,7 +29,7 @@ void cast_f32_to_bf16(Stream& stream, const Tensor& dst, const Tensor& src, int6
 
 void cast_bf16_to_f32(Stream& stream, const Tensor& dst, const Tensor& src, int64_t n) {
   const char* op = "cast_bf16_to_f32";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   check_arg(op, "dst", stream, dst, DType::f32, n);
   check_arg(op, "src", stream, src, DType::bf16, n);
   switch (stream.device().kind) {

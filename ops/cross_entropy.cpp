@@ -12,7 +12,7 @@ namespace fanout::ops {
 void cross_entropy_forward(Stream& stream, const Tensor& stats, const Tensor& logits,
                            const Tensor& targets, int64_t N, int64_t V, int32_t ignore_index) {
   const char* op = "cross_entropy_forward";
-  OpScope scope(stream, OpClass::loss);
+  OpScope scope(stream, OpClass::loss, op);
   FANOUT_CHECK(N >= 0 && V > 0, op, ": needs N >= 0 rows and V > 0 classes, got N = ", N,
                ", V = ", V);
   check_arg(op, "stats", stream, stats, DType::f32, 2);
@@ -41,7 +41,7 @@ void cross_entropy_backward(Stream& stream, const Tensor& dlogits, const Tensor&
                             const Tensor& targets, int64_t N, int64_t V, int32_t ignore_index,
                             float normalizer) {
   const char* op = "cross_entropy_backward";
-  OpScope scope(stream, OpClass::loss);
+  OpScope scope(stream, OpClass::loss, op);
   FANOUT_CHECK(N >= 0 && V > 0, op, ": needs N >= 0 rows and V > 0 classes, got N = ", N,
                ", V = ", V);
   FANOUT_CHECK(normalizer > 0, op, ": the normalizer must be positive (the global count of ",
@@ -97,7 +97,7 @@ void cross_entropy_fused_forward(Stream& stream, const Tensor& stats, const Tens
                                  const Tensor& logits, const Tensor& targets, int64_t N, int64_t V,
                                  int64_t ld, int32_t ignore_index) {
   const char* op = "cross_entropy_fused_forward";
-  OpScope scope(stream, OpClass::loss);
+  OpScope scope(stream, OpClass::loss, op);
   check_fused(op, N, V, ld, 1.0f);
   check_arg(op, "stats", stream, stats, DType::f32, 2);
   check_arg(op, "lse", stream, lse, DType::f32, N);
@@ -127,7 +127,7 @@ void cross_entropy_fused_backward(Stream& stream, const Tensor& logits, const Te
                                   const Tensor& targets, int64_t N, int64_t V, int64_t ld,
                                   int32_t ignore_index, float normalizer) {
   const char* op = "cross_entropy_fused_backward";
-  OpScope scope(stream, OpClass::loss);
+  OpScope scope(stream, OpClass::loss, op);
   check_fused(op, N, V, ld, normalizer);
   check_arg(op, "logits", stream, logits, DType::bf16, span(N, V, ld));
   check_arg(op, "lse", stream, lse, DType::f32, N);

@@ -12,7 +12,7 @@ namespace fanout::ops {
 void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, const Tensor& table,
                        int64_t N, int64_t C, int64_t V) {
   const char* op = "embedding_forward";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   check_arg(op, "out", stream, out, DType::f32, N * C);
   check_arg(op, "ids", stream, ids, DType::i32, N);
   // A bf16 table is read into the f32 residual stream (exact).
@@ -46,7 +46,7 @@ void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, con
 void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout, const Tensor& ids,
                         int64_t N, int64_t C, int64_t V) {
   const char* op = "embedding_backward";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   check_arg(op, "dtable", stream, dtable, DType::f32, V * C);
   check_arg(op, "dout", stream, dout, DType::f32, N * C);
   check_arg(op, "ids", stream, ids, DType::i32, N);
@@ -72,7 +72,7 @@ void embedding_backward_rows(Stream& stream, const Tensor& dtable_rows, const Te
                              const Tensor& ids, int64_t N, int64_t C, int64_t V, int64_t row0,
                              int64_t rows) {
   const char* op = "embedding_backward_rows";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   FANOUT_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= V, op, ": rows [", row0, ", ", row0 + rows,
                 ") of ", V);
   check_arg(op, "dtable_rows", stream, dtable_rows, DType::f32, rows * C);

@@ -12,7 +12,7 @@ namespace fanout::ops {
 
 void norm_squared(Stream& stream, const Tensor& out, const Tensor& buf, int64_t n) {
   const char* op = "norm_squared";
-  OpScope scope(stream, OpClass::optimizer);
+  OpScope scope(stream, OpClass::optimizer, op);
   FANOUT_CHECK(n >= 0, op, ": negative element count ", n);
   check_arg(op, "out", stream, out, DType::f32, 1);
   check_arg(op, "buf", stream, buf, DType::f32, n);

@@ -38,7 +38,7 @@ int64_t rows_extent(int64_t N, int64_t OC, int64_t ld) {
 void matmul_forward(Stream& stream, const Tensor& out, const Tensor& inp, const Tensor& weight,
                     int64_t N, int64_t C, int64_t OC, int64_t ld_out) {
   const char* op = "matmul_forward";
-  OpScope scope(stream, OpClass::gemm);
+  OpScope scope(stream, OpClass::gemm, op);
   // inp and weight share one dtype X; out is f32, or bf16 when X is.
   const DType X = float_dtype(op, "inp", inp);
   const DType Y = float_dtype(op, "out", out);
@@ -79,7 +79,7 @@ void matmul_forward_residual(Stream& stream, const Tensor& out, const Tensor& re
                              const Tensor& inp, const Tensor& weight, int64_t N, int64_t C,
                              int64_t OC) {
   const char* op = "matmul_forward_residual";
-  OpScope scope(stream, OpClass::gemm);
+  OpScope scope(stream, OpClass::gemm, op);
   const DType X = float_dtype(op, "inp", inp);
   check_arg(op, "out", stream, out, DType::f32, N * OC);
   check_arg(op, "residual", stream, residual, DType::f32, N * OC);
@@ -112,7 +112,7 @@ void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, 
                      const Tensor& inp, const Tensor& weight, int64_t N, int64_t C, int64_t OC,
                      int64_t ld_dout) {
   const char* op = "matmul_backward";
-  OpScope scope(stream, OpClass::gemm);
+  OpScope scope(stream, OpClass::gemm, op);
   // dout, inp and weight share one dtype X; the gradients are f32 whatever X is.
   const DType X = float_dtype(op, "dout", dout);
   const int64_t ld = row_stride(op, "ld_dout", ld_dout, OC);
@@ -152,7 +152,7 @@ void matmul_backward_weight_rows(Stream& stream, const Tensor& dweight_rows, con
                                  const Tensor& inp, int64_t N, int64_t C, int64_t OC, int64_t row0,
                                  int64_t rows, int64_t ld_dout) {
   const char* op = "matmul_backward_weight_rows";
-  OpScope scope(stream, OpClass::gemm);
+  OpScope scope(stream, OpClass::gemm, op);
   FANOUT_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= OC, op, ": rows [", row0, ", ",
                 row0 + rows, ") of ", OC);
   const DType X = float_dtype(op, "dout", dout);

@@ -11,7 +11,7 @@ namespace fanout::ops {
 void residual_forward(Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b,
                       int64_t n) {
   const char* op = "residual_forward";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   check_arg(op, "out", stream, out, DType::f32, n);
   check_arg(op, "a", stream, a, DType::f32, n);
   check_arg(op, "b", stream, b, DType::f32, n);
@@ -34,7 +34,7 @@ void residual_forward(Stream& stream, const Tensor& out, const Tensor& a, const 
 void residual_backward(Stream& stream, const Tensor& da, const Tensor& db, const Tensor& dout,
                        int64_t n) {
   const char* op = "residual_backward";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   check_arg(op, "da", stream, da, DType::f32, n);
   check_arg(op, "db", stream, db, DType::f32, n);
   check_arg(op, "dout", stream, dout, DType::f32, n);

@@ -12,7 +12,7 @@ namespace fanout::ops {
 void rmsnorm_forward(Stream& stream, const Tensor& out, const Tensor& rstd, const Tensor& inp,
                      const Tensor& weight, int64_t N, int64_t C, float eps) {
   const char* op = "rmsnorm_forward";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   // The bf16 contract: out and weight f32 or bf16, the statistics and input f32.
   const DType out_t = check_arg_any(op, "out", stream, out, {DType::f32, DType::bf16}, N * C);
   check_arg(op, "rstd", stream, rstd, DType::f32, N);
@@ -57,7 +57,7 @@ void rmsnorm_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight,
                       const Tensor& inp, const Tensor& weight, const Tensor& rstd, int64_t N,
                       int64_t C) {
   const char* op = "rmsnorm_backward";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   check_arg(op, "dinp", stream, dinp, DType::f32, N * C);
   check_arg(op, "dweight", stream, dweight, DType::f32, C);
   check_arg(op, "dout", stream, dout, DType::f32, N * C);

@@ -12,7 +12,7 @@ namespace fanout::ops {
 void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t B, int64_t T,
                   int64_t H, int64_t D, const RopeFreq& freq, int64_t pos_offset) {
   const char* op = "rope_forward";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   FANOUT_ASSERT(D % 2 == 0, op, ": head dim ", D, " is odd");
   FANOUT_ASSERT(pos_offset >= 0, op, ": pos_offset ", pos_offset, " is negative");
   // f32 or bf16, the same for both (they may alias).
@@ -46,7 +46,7 @@ void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t 
 void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64_t B, int64_t T,
                    int64_t H, int64_t D, const RopeFreq& freq, int64_t pos_offset) {
   const char* op = "rope_backward";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   FANOUT_ASSERT(D % 2 == 0, op, ": head dim ", D, " is odd");
   FANOUT_ASSERT(pos_offset >= 0, op, ": pos_offset ", pos_offset, " is negative");
   // f32 or bf16, the same for both (they may alias).

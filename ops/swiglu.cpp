@@ -12,7 +12,7 @@ namespace fanout::ops {
 void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const Tensor& up,
                     int64_t n) {
   const char* op = "swiglu_forward";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   // gate, up, out: all f32 or all bf16.
   const DType X = check_arg_any(op, "gate", stream, gate, {DType::f32, DType::bf16}, n);
   check_arg(op, "up", stream, up, X, n);
@@ -45,7 +45,7 @@ void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const
 void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, const Tensor& dout,
                      const Tensor& gate, const Tensor& up, int64_t n) {
   const char* op = "swiglu_backward";
-  OpScope scope(stream, OpClass::elementwise);
+  OpScope scope(stream, OpClass::elementwise, op);
   // gate, up, dgate, dup share one dtype X (f32 or bf16); dout is f32 or bf16 on its own.
   const DType X = check_arg_any(op, "gate", stream, gate, {DType::f32, DType::bf16}, n);
   check_arg(op, "up", stream, up, X, n);

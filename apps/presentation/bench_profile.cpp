@@ -86,11 +86,30 @@ std::string bench_kernels_line(const BenchResult& r) {
   return line;
 }
 
+std::string bench_ops_line(const BenchResult& r, size_t top) {
+  std::string line;
+  char buf[160];
+  for (size_t i = 0; i < r.kernels.by_op.size() && i < top; ++i) {
+    const OpTime& o = r.kernels.by_op[i];
+    std::snprintf(buf, sizeof buf, "%s%s %.2f ms (%lldx)", line.empty() ? "" : ", ", o.name.c_str(),
+                  o.seconds * 1e3, static_cast<long long>(o.count));
+    line += buf;
+  }
+  return line.empty() ? "none timed" : line;
+}
+
 nlohmann::json bench_kernels_json(const BenchResult& r) {
   nlohmann::json j = {{"step_s", r.kernels_step_s}, {"ops", r.kernels.ops}};
   for (int c = 0; c < kNumOpClasses; ++c)
     j[op_class_name(static_cast<OpClass>(c))] = r.kernels.seconds[c];
   j["other and launch gaps"] = std::max(0.0, r.kernels_step_s - r.kernels.total());
+  nlohmann::json by_op = nlohmann::json::array();
+  for (const OpTime& o : r.kernels.by_op)
+    by_op.push_back({{"op", o.name},
+                     {"class", op_class_name(o.cls)},
+                     {"seconds", o.seconds},
+                     {"count", o.count}});
+  j["by_op"] = by_op;
   return j;
 }
 
@@ -144,6 +163,8 @@ nlohmann::json bench_kernels_report(const BenchSetup& setup,
     }
     std::printf("kernel classes, 1 device %s, one step %.2f ms: %s\n", precision.c_str(),
                 r.kernels_step_s * 1e3, bench_kernels_line(r).c_str());
+    std::printf("kernel ops, 1 device %s, the longest: %s\n", precision.c_str(),
+                bench_ops_line(r).c_str());
     nlohmann::json j = bench_kernels_json(r);
     j["precision"] = precision, j["status"] = "ok";
     out.push_back(j);

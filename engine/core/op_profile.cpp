@@ -1,5 +1,6 @@
 #include "engine/core/op_profile.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +19,7 @@ namespace {
 // markers (written by the stream's worker, read once both have run).
 struct Span {
   OpClass cls = OpClass::gemm;
+  const char* name = "";
   void* cuda_begin = nullptr;
   void* cuda_end = nullptr;
   double cpu_begin = 0, cpu_end = 0;
@@ -113,18 +115,26 @@ OpTimes op_profile_stop() {
     }
     t.seconds[static_cast<int>(s.cls)] += secs;
     ++t.ops;
+    auto same = [&](const OpTime& o) { return o.name == s.name && o.cls == s.cls; };
+    auto it = std::find_if(t.by_op.begin(), t.by_op.end(), same);
+    if (it == t.by_op.end()) it = t.by_op.insert(t.by_op.end(), OpTime{s.name, s.cls, 0, 0});
+    it->seconds += secs;
+    ++it->count;
   }
   release_events(p);
+  std::stable_sort(t.by_op.begin(), t.by_op.end(),
+                   [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
   return t;
 }
 
-OpScope::OpScope(Stream& stream, OpClass c) {
+OpScope::OpScope(Stream& stream, OpClass c, const char* op) {
   Profile& p = profile();
   if (!p.on.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lock(p.mu);
   if (!p.on) return;
   Span s;
   s.cls = c;
+  s.name = op ? op : "";
   const int index = static_cast<int>(p.spans.size());
   if (stream.device().is_cuda()) {
     s.device = stream.device().index;

@@ -1,6 +1,7 @@
 #pragma once
-// Device time by kernel class over a profiled stretch of work (`fanout bench
-// --kernels`): each op dispatcher opens an OpScope naming its class; while a
+// Device time by kernel class and by op over a profiled stretch of work (`fanout
+// bench --kernels`): each op dispatcher opens an OpScope naming its class and
+// itself; while a
 // profile is on, the scope brackets the op's work on its stream (CUDA: a pair of
 // timing events; CPU: markers that read the clock when the stream's worker reaches
 // them) and op_profile_stop sums the spans per class once they have run. Off, a
@@ -8,6 +9,8 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "engine/core/stream.h"
 
@@ -18,9 +21,18 @@ constexpr int kNumOpClasses = 5;
 // "GEMM", "attention", "loss", "element-wise", "optimizer".
 const char* op_class_name(OpClass c);
 
+// One op's share of a profile: its scopes' device time and how many there were.
+struct OpTime {
+  std::string name;
+  OpClass cls = OpClass::gemm;
+  double seconds = 0;
+  int64_t count = 0;
+};
+
 struct OpTimes {
   std::array<double, kNumOpClasses> seconds{};  // by OpClass
   int64_t ops = 0;                              // scopes timed
+  std::vector<OpTime> by_op;                    // by name, the longest first
   double of(OpClass c) const { return seconds[static_cast<int>(c)]; }
   double total() const;
 };
@@ -34,7 +46,8 @@ bool op_profile_enabled();
 
 class OpScope {
  public:
-  OpScope(Stream& stream, OpClass c);
+  // op: the dispatcher's name, a string that outlives the profile (a literal).
+  OpScope(Stream& stream, OpClass c, const char* op);
   ~OpScope();
   OpScope(const OpScope&) = delete;
   OpScope& operator=(const OpScope&) = delete;

@@ -614,7 +614,7 @@ step_bench() {
   fi
   run "$work/log" 300 20 "$fanout" "${args[@]}"
   append bench.txt "fanout ${args[*]} (${secs}s, exit $rc)" "$work/log"
-  figure=$(grep -E ' best: | best \(.*MFU |^kernel classes' "$work/log" | sed 's/^fanout //' | paste -sd';' - | sed 's/;/; /g')
+  figure=$(grep -E ' best: | best \(.*MFU |^kernel (classes|ops)' "$work/log" | sed 's/^fanout //' | paste -sd';' - | sed 's/;/; /g')
   [[ " ${args[*]} " != *" --peers "* ]] || grep -q 'PyTorch' "$work/log" || figure="no PyTorch row${figure:+; $figure}"
   [[ " ${args[*]} " == *" --peers "* ]] ||
     figure="no peers ($( [ "$cpu" = 1 ] && echo "no torch here" || echo "bench --help offers none"))${figure:+; $figure}"
@@ -624,7 +624,7 @@ step_bench() {
     unset 'args[-1]'
     run "$work/log" 200 20 "$fanout" "${args[@]}"
     append bench.txt "again without --peers (${secs}s, exit $rc)" "$work/log"
-    figure=$(grep -E ' best: | best \(.*MFU |^kernel classes' "$work/log" | sed 's/^fanout //' | paste -sd';' - | sed 's/;/; /g')
+    figure=$(grep -E ' best: | best \(.*MFU |^kernel (classes|ops)' "$work/log" | sed 's/^fanout //' | paste -sd';' - | sed 's/;/; /g')
     check_row 4 "fanout ${args[*]/#$out\//OUT/} (no peers)" bench.txt "bench" "$figure"
   fi
 }

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -326,6 +327,7 @@ TEST_CASE("bench --mfu and --kernels: a measured GEMM peak, MFU, and one step by
   CHECK(has(r.out, "fanout fp32 best (dp): MFU "));
   CHECK(has(r.out, "of a measured f32 GEMM peak of "));
   CHECK(has(r.out, "kernel classes, 1 device fp32, one step "));
+  CHECK(has(r.out, "kernel ops, 1 device fp32, the longest: "));
   for (const char* c :
        {"GEMM ", "attention ", "loss ", "element-wise ", "optimizer ", "other and launch gaps "})
     CHECK(has(r.out, c));
@@ -344,6 +346,17 @@ TEST_CASE("bench --mfu and --kernels: a measured GEMM peak, MFU, and one step by
   for (const char* c : {"GEMM", "attention", "loss", "element-wise", "optimizer"})
     sum += k[c].get<double>();
   CHECK(sum <= k["step_s"].get<double>() * 1.001);
+  // By op: every scope under its dispatcher's name, the counts adding up.
+  std::set<std::string> names;
+  int64_t count = 0;
+  for (const nlohmann::json& o : k["by_op"]) {
+    names.insert(o["op"].get<std::string>());
+    count += o["count"].get<int64_t>();
+  }
+  CHECK(count == k["ops"].get<int64_t>());
+  for (const char* op : {"matmul_forward", "matmul_backward", "attention_forward",
+                         "attention_backward", "rmsnorm_backward", "adamw_update"})
+    CHECK(names.count(op) == 1);
   // Without the flags the JSON has neither.
   const std::string json2 = dir / "plain.json";
   auto plain =

@@ -58,3 +58,21 @@ TEST_CASE("the kernel-class line: each class over the step, the rest as other an
   r.kernels_step_s = 0.005;
   CHECK(bench_kernels_json(r)["other and launch gaps"].get<double>() == 0);
 }
+
+TEST_CASE("the kernel-ops line: the longest ops with their counts, and all of them in the JSON") {
+  BenchResult r;
+  CHECK(bench_ops_line(r) == "none timed");
+  r.kernels_step_s = 0.010;
+  r.kernels.by_op = {{"matmul_backward", OpClass::gemm, 0.004, 73},
+                     {"rmsnorm_backward", OpClass::elementwise, 0.0015, 25},
+                     {"rope_forward", OpClass::elementwise, 0.00025, 24}};
+  CHECK(bench_ops_line(r) ==
+        "matmul_backward 4.00 ms (73x), rmsnorm_backward 1.50 ms (25x), rope_forward 0.25 ms "
+        "(24x)");
+  CHECK(bench_ops_line(r, 1) == "matmul_backward 4.00 ms (73x)");
+  nlohmann::json j = bench_kernels_json(r);
+  REQUIRE(j["by_op"].size() == 3);
+  CHECK(j["by_op"][1]["op"] == "rmsnorm_backward");
+  CHECK(j["by_op"][1]["class"] == "element-wise");
+  CHECK(j["by_op"][1]["count"] == 25);
+}

@@ -23,12 +23,12 @@ TEST_CASE("op profile: each class gets the time its ops ran on the stream, even 
   op_profile_start();
   CHECK(op_profile_enabled());
   {
-    OpScope scope(s, OpClass::gemm);
+    OpScope scope(s, OpClass::gemm, "matmul_forward");
     sleep_on(s, 40);
   }
   sleep_on(s, 30);  // outside every scope: not counted
   {
-    OpScope scope(s, OpClass::elementwise);
+    OpScope scope(s, OpClass::elementwise, "rmsnorm_forward");
     sleep_on(s, 20);
   }
   // No synchronize: stop waits for the queued spans.
@@ -44,10 +44,40 @@ TEST_CASE("op profile: each class gets the time its ops ran on the stream, even 
   s.synchronize();
 }
 
+TEST_CASE("op profile: each op's time and count by name, the longest first") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  op_profile_start();
+  for (int i = 0; i < 3; ++i) {
+    OpScope scope(s, OpClass::elementwise, "swiglu_forward");
+    sleep_on(s, 5);
+  }
+  {
+    OpScope scope(s, OpClass::gemm, "matmul_backward");
+    sleep_on(s, 40);
+  }
+  {
+    OpScope scope(s, OpClass::elementwise, "rope_forward");
+    sleep_on(s, 1);
+  }
+  OpTimes t = op_profile_stop();
+  REQUIRE(t.by_op.size() == 3);
+  CHECK(t.by_op[0].name == "matmul_backward");
+  CHECK(t.by_op[0].cls == OpClass::gemm);
+  CHECK(t.by_op[0].count == 1);
+  CHECK(t.by_op[1].name == "swiglu_forward");
+  CHECK(t.by_op[1].count == 3);
+  CHECK(t.by_op[1].seconds >= 0.014);
+  CHECK(t.by_op[2].name == "rope_forward");
+  double sum = 0;
+  for (const OpTime& o : t.by_op) sum += o.seconds;
+  CHECK(sum == doctest::Approx(t.total()));
+  s.synchronize();
+}
+
 TEST_CASE("op profile: off, scopes time nothing; a new profile starts from zero") {
   Stream s(cpu_device(0), "cpu:0 compute");
   {
-    OpScope scope(s, OpClass::loss);
+    OpScope scope(s, OpClass::loss, "cross_entropy_forward");
     sleep_on(s, 5);
   }
   op_profile_start();
@@ -61,17 +91,20 @@ TEST_CASE("op profile: spans on streams of several threads add up") {
   Stream a(cpu_device(0), "cpu:0 compute"), b(cpu_device(1), "cpu:1 compute");
   op_profile_start();
   std::thread other([&] {
-    OpScope scope(b, OpClass::optimizer);
+    OpScope scope(b, OpClass::optimizer, "adamw_update");
     sleep_on(b, 20);
   });
   {
-    OpScope scope(a, OpClass::optimizer);
+    OpScope scope(a, OpClass::optimizer, "adamw_update");
     sleep_on(a, 20);
   }
   other.join();
   OpTimes t = op_profile_stop();
   CHECK(t.ops == 2);
   CHECK(t.of(OpClass::optimizer) >= 0.039);  // device time: both streams' 20 ms
+  REQUIRE(t.by_op.size() == 1);              // one op, on two streams
+  CHECK(t.by_op[0].count == 2);
+  CHECK(t.by_op[0].seconds == t.of(OpClass::optimizer));
   a.synchronize();
   b.synchronize();
 }
