@@ -571,6 +571,13 @@ step_e2e() {
     rc=1 figure="did not learn: $figure"
   fi
   train_row "fanout train --precision bf16 ${bf16_big[*]}"
+  # The loss curve, every tenth step (and the first), for the log of GPU runs.
+  {
+    printf 'loss curve (step loss):'
+    sed -n 's/.*"loss":\([^,}]*\).*"step":\([0-9]*\),.*/\2 \1/p' "$work/bf16/metrics.jsonl" 2>/dev/null |
+      awk '$1 == 1 || $1 % 10 == 0 { printf " %d %.4f;", $1, $2 }'
+    echo
+  } >>"$out/e2e.txt"
   rm -rf "$work/bf16"
   local fp32_loss=$ref_loss fp32_norm=$ref_norm
   close_tol=1e-2
