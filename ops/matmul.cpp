@@ -25,10 +25,10 @@ int64_t row_stride(const char* op, const char* name, int64_t ld, int64_t OC) {
   return ld == 0 ? OC : ld;
 }
 
-// Elements N rows of OC, ld apart, must hold: with padding, every row's, the last
-// row's too (matmul.h: cuBLASLt may load a whole row's stride).
-int64_t rows_extent(int64_t N, int64_t OC, int64_t ld) {
-  return ld == OC ? N * OC : N * ld;
+// Elements that N rows ld apart must hold: every row's padding, the last row's
+// too (matmul.h: cuBLASLt may load a whole row's stride).
+int64_t rows_extent(int64_t N, int64_t ld) {
+  return N * ld;
 }
 
 }  // namespace
@@ -45,7 +45,7 @@ void matmul_forward(Stream& stream, const Tensor& out, const Tensor& inp, const 
   FANOUT_ASSERT(X == DType::bf16 || Y == DType::f32, op, ": out is ", out.str(),
                 " for f32 inputs, expected f32");
   const int64_t ld = row_stride(op, "ld_out", ld_out, OC);
-  check_arg(op, "out", stream, out, Y, rows_extent(N, OC, ld));
+  check_arg(op, "out", stream, out, Y, rows_extent(N, ld));
   check_arg(op, "inp", stream, inp, X, N * C);
   check_arg(op, "weight", stream, weight, X, OC * C);
   switch (stream.device().kind) {
@@ -118,7 +118,7 @@ void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, 
   const int64_t ld = row_stride(op, "ld_dout", ld_dout, OC);
   if (dinp.defined()) check_arg(op, "dinp", stream, dinp, DType::f32, N * C);
   if (dweight.defined()) check_arg(op, "dweight", stream, dweight, DType::f32, OC * C);
-  check_arg(op, "dout", stream, dout, X, rows_extent(N, OC, ld));
+  check_arg(op, "dout", stream, dout, X, rows_extent(N, ld));
   check_arg(op, "inp", stream, inp, X, N * C);
   check_arg(op, "weight", stream, weight, X, OC * C);
   switch (stream.device().kind) {
@@ -158,7 +158,7 @@ void matmul_backward_weight_rows(Stream& stream, const Tensor& dweight_rows, con
   const DType X = float_dtype(op, "dout", dout);
   const int64_t ld = row_stride(op, "ld_dout", ld_dout, OC);
   check_arg(op, "dweight_rows", stream, dweight_rows, DType::f32, rows * C);
-  check_arg(op, "dout", stream, dout, X, rows_extent(N, OC, ld));
+  check_arg(op, "dout", stream, dout, X, rows_extent(N, ld));
   check_arg(op, "inp", stream, inp, X, N * C);
   switch (stream.device().kind) {
     case DeviceKind::cpu:

@@ -1,11 +1,10 @@
 #pragma once
 // Device time by kernel class and by op over a profiled stretch of work (`fanout
 // bench --kernels`): each op dispatcher opens an OpScope naming its class and
-// itself; while a
-// profile is on, the scope brackets the op's work on its stream (CUDA: a pair of
-// timing events; CPU: markers that read the clock when the stream's worker reaches
-// them) and op_profile_stop sums the spans per class once they have run. Off, a
-// scope costs one atomic load.
+// itself; while a profile is on, the scope brackets the op's work on its stream
+// (CUDA: a pair of timing events; CPU: markers that read the clock when the
+// stream's worker reaches them) and op_profile_stop sums the spans per class and
+// per op once they have run. Off, a scope costs one atomic load.
 
 #include <array>
 #include <cstdint>
