@@ -56,6 +56,21 @@ void row_max_sum(const double* x, int64_t V, double* max_out, double* sum_out) {
   *sum_out = s;
 }
 
+// stats = {sum of the per-row losses, in row order (whatever the thread count),
+// rows whose target is not ignore_index}.
+template <typename T>
+void write_loss_stats(T* stats, const std::vector<double>& loss, const int32_t* targets,
+                      int32_t ignore_index) {
+  double sum = 0.0;
+  int64_t count = 0;
+  for (size_t n = 0; n < loss.size(); ++n) {
+    sum += loss[n];
+    count += targets[n] != ignore_index;
+  }
+  stats[0] = static_cast<T>(sum);
+  stats[1] = static_cast<T>(count);
+}
+
 // dx[v] = exp(x[v] - m) * scale, then the target's -1/normalizer. One body for a
 // float and a bf16 dx: the bf16 row is the float row rounded once at the store.
 template <typename D>
@@ -102,14 +117,7 @@ void cross_entropy_forward(T* stats, const T* logits, const int32_t* targets, in
     row_max_sum(x, V, &m, &s);
     loss[n] = m + std::log(s) - x[t];
   });
-  double sum = 0.0;
-  int64_t count = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    sum += loss[n];
-    count += targets[n] != ignore_index;
-  }
-  stats[0] = static_cast<T>(sum);
-  stats[1] = static_cast<T>(count);
+  write_loss_stats(stats, loss, targets, ignore_index);
 }
 
 template <typename T, typename D>
@@ -160,14 +168,7 @@ void cross_entropy_fused_forward(float* stats, float* lse, const bf16* logits,
     lse[n] = static_cast<float>(l);
     loss[n] = l - row[t];
   });
-  double sum = 0.0;
-  int64_t count = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    sum += loss[n];
-    count += targets[n] != ignore_index;
-  }
-  stats[0] = static_cast<float>(sum);
-  stats[1] = static_cast<float>(count);
+  write_loss_stats(stats, loss, targets, ignore_index);
 }
 
 namespace {
