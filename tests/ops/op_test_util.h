@@ -1,12 +1,14 @@
 #pragma once
 // Helpers for op tests: seeded random data, central finite differences in double,
-// element-wise closeness with atol + rtol*|ref|, and f32 tensors on CPU devices.
+// element-wise closeness with atol + rtol*|ref|, f32 tensors on CPU devices, and
+// the message of an op's refusal.
 
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "engine/core/check.h"
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
 
@@ -37,5 +39,16 @@ double dot(const std::vector<double>& a, const std::vector<double>& b);
 // f32 tensors on a CPU device through a stream.
 Tensor f32_tensor(Stream& stream, const std::vector<double>& values, Shape shape);
 std::vector<double> f32_values(Stream& stream, const Tensor& t);
+
+// The message of the fanout::Error that fn throws, or "" if it throws none.
+template <typename Fn>
+std::string error_message(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 }  // namespace fanout::test

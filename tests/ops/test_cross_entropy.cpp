@@ -52,17 +52,6 @@ Tensor i32_tensor(Stream& s, const std::vector<int32_t>& values) {
   return tensor_from_vector(s, values, {static_cast<int64_t>(values.size())}, DType::i32,
                             s.device());
 }
-
-// The message of the fanout::Error that fn throws, or "" if it throws none.
-template <typename Fn>
-std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST_CASE("cross-entropy forward matches the direct double formula") {

@@ -57,16 +57,6 @@ double lse_double(const std::vector<double>& xb, int64_t n, int64_t V) {
   for (int64_t v = 0; v < V; ++v) s += std::exp(xb[n * V + v] - m);
   return m + std::log(s);
 }
-
-template <typename Fn>
-std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST_CASE("fused classifier forward: loss sum, count and lse of the bf16 logits, rows ld apart") {
