@@ -605,6 +605,12 @@ step_e2e() {
 
 # --- 4. the bench -----------------------------------------------------------------
 
+# The bench's summary lines in the last log (best mode, MFU, kernel classes and
+# ops), joined by "; ".
+bench_figures() {
+  grep -E ' best: | best \(.*MFU |^kernel (classes|ops)' "$work/log" | sed 's/^fanout //' | paste -sd';' - | sed 's/;/; /g'
+}
+
 step_bench() {
   # The issue's measurement: the seed preset at 16 x 512 in bf16 on one GPU and as
   # two replicas on it, with MFU over the GEMM peak measured in the same run.
@@ -621,7 +627,7 @@ step_bench() {
   fi
   run "$work/log" 300 20 "$fanout" "${args[@]}"
   append bench.txt "fanout ${args[*]} (${secs}s, exit $rc)" "$work/log"
-  figure=$(grep -E ' best: | best \(.*MFU |^kernel (classes|ops)' "$work/log" | sed 's/^fanout //' | paste -sd';' - | sed 's/;/; /g')
+  figure=$(bench_figures)
   [[ " ${args[*]} " != *" --peers "* ]] || grep -q 'PyTorch' "$work/log" || figure="no PyTorch row${figure:+; $figure}"
   [[ " ${args[*]} " == *" --peers "* ]] ||
     figure="no peers ($( [ "$cpu" = 1 ] && echo "no torch here" || echo "bench --help offers none"))${figure:+; $figure}"
@@ -631,7 +637,7 @@ step_bench() {
     unset 'args[-1]'
     run "$work/log" 200 20 "$fanout" "${args[@]}"
     append bench.txt "again without --peers (${secs}s, exit $rc)" "$work/log"
-    figure=$(grep -E ' best: | best \(.*MFU |^kernel (classes|ops)' "$work/log" | sed 's/^fanout //' | paste -sd';' - | sed 's/;/; /g')
+    figure=$(bench_figures)
     check_row 4 "fanout ${args[*]/#$out\//OUT/} (no peers)" bench.txt "bench" "$figure"
   fi
 }
