@@ -272,7 +272,7 @@ json llama_config_to_json(const LlamaConfig& c) {
 LlamaConfig llama_config_load(const std::string& path) {
   // Only a regular file is read (a FIFO would block), and only up to a size no config needs.
   const std::string text = file_read_regular(path, kMaxConfigBytes);
-  return llama_config_from_json(json_parse(text, path + ": not valid JSON"), path);
+  return llama_config_from_json(json_parse(text, path), path);
 }
 
 void llama_config_save(const LlamaConfig& config, const std::string& path) {

@@ -33,7 +33,7 @@ bool plain_file_name(const std::string& name) {
 // The index's weight_map as tensor name -> shard file name, checked for shape.
 std::map<std::string, std::string> read_weight_map(const std::string& path) {
   const std::string text = file_read_regular(path, kMaxIndexBytes);
-  const json j = json_parse(text, path + ": not valid JSON");
+  const json j = json_parse(text, path);
   FANOUT_CHECK(j.is_object(), path, ": expected a JSON object with a \"weight_map\", got a JSON ",
                j.type_name());
   auto wm = j.find("weight_map");

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/check.h"
+#include "engine/core/json_parse.h"
 
 namespace fanout::data {
 
@@ -131,17 +132,7 @@ void read_added_tokens(const Json& j, const std::string& name, BpeModel& model) 
 }  // namespace
 
 BpeModel bpe_model_from_json(const std::string& json_text, const std::string& name) {
-  Json root;
-  try {
-    root = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
-    std::string what = e.what();
-    // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> from "parse
-    // error".
-    size_t at = what.find("parse error");
-    FANOUT_CHECK(false, name, ": not valid JSON (",
-                 at == std::string::npos ? what : what.substr(at), ")");
-  }
+  const Json root = json_parse(json_text, name);
   FANOUT_CHECK(root.is_object(), name, ": not a tokenizer.json (the top level is not an object)");
   FANOUT_CHECK(root.contains("model"), name, ": not a tokenizer.json (no \"model\")");
 

@@ -15,6 +15,7 @@
 
 #include "apps/train/ddp_env.h"
 #include "engine/core/check.h"
+#include "engine/core/json_parse.h"
 
 extern char** environ;
 
@@ -120,7 +121,8 @@ BenchResult bench_ddp_run(const std::string& fanout, const std::vector<Device>& 
   r.devices = devices_str(devices);
   for (size_t rank = 0; rank < devices.size(); ++rank) {
     std::ifstream in(out + ".rank" + std::to_string(rank));
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    nlohmann::json j = json_parse_or_discarded(text);
     FANOUT_CHECK(!j.is_discarded(), "the ddp row's rank ", rank, " wrote no figures");
     if (rank == 0) {
       r.tokens_per_s = j["tokens_per_s"], r.step_s = j["step_s"], r.last_loss = j["last_loss"];

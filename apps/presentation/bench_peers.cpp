@@ -13,6 +13,7 @@
 
 #include "apps/presentation/bench_ddp.h"
 #include "engine/core/check.h"
+#include "engine/core/json_parse.h"
 
 namespace fanout::presentation {
 
@@ -124,8 +125,7 @@ std::vector<PeerRow> bench_peers_run(const PeerRequest& q, const std::vector<Dev
           !(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) && rc != 130,
           "interrupted while running the PyTorch peers");
       const std::string said = bench_first_error(file_text(err), {"peer_bench: error: "});
-      std::ifstream in(json);
-      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+      nlohmann::json j = json_parse_or_discarded(file_text(json));
       if (rc == 0 && !j.is_discarded() && j.contains("tokens_per_s")) {
         row.label += ", torch " + j.value("torch", std::string("?"));
         row.tokens_per_s = j["tokens_per_s"];

@@ -6,6 +6,7 @@
 
 #include "engine/core/check.h"
 #include "engine/core/file_io.h"
+#include "engine/core/json_parse.h"
 
 namespace fanout::presentation {
 
@@ -35,8 +36,7 @@ RunMetrics metrics_parse(const std::string& text, const std::string& name) {
     at = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = name + ":" + std::to_string(number);
-    json j = json::parse(line, nullptr, false);
-    FANOUT_CHECK(!j.is_discarded(), where, ": not valid JSON");
+    json j = json_parse(line, where);
     FANOUT_CHECK(j.is_object(), where, ": not a JSON object");
     FANOUT_CHECK(j.contains("step") && j["step"].is_number_integer(), where,
                  ": no integer \"step\"");

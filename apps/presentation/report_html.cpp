@@ -14,6 +14,7 @@
 #include "apps/train/checkpoint.h"
 #include "engine/core/check.h"
 #include "engine/core/file_io.h"
+#include "engine/core/json_parse.h"
 
 namespace fanout::presentation {
 
@@ -259,7 +260,7 @@ std::string run_section(const std::string& dir, const LabeledRun& run, const std
     std::error_code ec;
     const std::string config = (fs::path(from) / "config.json").string();
     if (fs::is_regular_file(config, ec)) {
-      json c = json::parse(file_read_regular(config, kMaxJsonBytes), nullptr, false);
+      json c = json_parse_or_discarded(file_read_regular(config, kMaxJsonBytes));
       if (c.is_object()) s += "<h3>Model (config.json)</h3>\n" + kv_block(c);
     }
   }
@@ -278,7 +279,7 @@ json report_run_settings(const std::string& run_dir, std::string* from) {
     return json();  // no checkpoint
   }
   const std::string path = (fs::path(dir) / "trainer_state.json").string();
-  json j = json::parse(file_read_regular(path, kMaxJsonBytes), nullptr, false);
+  json j = json_parse(file_read_regular(path, kMaxJsonBytes), path);
   FANOUT_CHECK(j.is_object() && j.contains("flags") && j["flags"].is_object(), path,
                ": not a trainer_state.json (no \"flags\" object)");
   json settings = j["flags"];
@@ -289,8 +290,7 @@ json report_run_settings(const std::string& run_dir, std::string* from) {
 }
 
 std::vector<TraceSpan> report_trace_read(const std::string& path) {
-  json j = json::parse(file_read_regular(path, kMaxJsonBytes), nullptr, false);
-  FANOUT_CHECK(!j.is_discarded(), path, ": not valid JSON");
+  json j = json_parse(file_read_regular(path, kMaxJsonBytes), path);
   FANOUT_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(), path,
                ": not a Chrome trace (no \"traceEvents\" array)");
   std::map<int64_t, std::string> lanes;
@@ -318,8 +318,7 @@ std::vector<TraceSpan> report_trace_read(const std::string& path) {
 }
 
 json report_bench_read(const std::string& path) {
-  json j = json::parse(file_read_regular(path, kMaxJsonBytes), nullptr, false);
-  FANOUT_CHECK(!j.is_discarded(), path, ": not valid JSON");
+  json j = json_parse(file_read_regular(path, kMaxJsonBytes), path);
   FANOUT_CHECK(j.is_object() && j.contains("results") && j["results"].is_array(), path,
                ": not `fanout bench --json` output (no \"results\" array)");
   for (const json& r : j["results"]) {

@@ -277,7 +277,7 @@ int64_t state_count(const json& j, const char* key, const std::string& name) {
 }
 
 TrainerState state_from_text(const std::string& text) {
-  const json j = json_parse(text, std::string(kStateFile) + " is not valid JSON");
+  const json j = json_parse(text, kStateFile);
   FANOUT_CHECK(j.is_object(), kStateFile, ": expected a JSON object, got ", j.type_name());
   const json& version = state_key(j, "version", "version");
   FANOUT_CHECK(version.is_number_integer() && version.get<int64_t>() == kStateVersion, kStateFile,

@@ -12,6 +12,7 @@
 
 #include "engine/core/check.h"
 #include "engine/core/file_io.h"
+#include "engine/core/json_parse.h"
 
 namespace fanout::train {
 
@@ -149,7 +150,7 @@ MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(pat
   if (::access(path.c_str(), F_OK) == 0) {
     std::istringstream in(file_read_regular(path, uint64_t{4} << 30));
     for (std::string line; std::getline(in, line);) {
-      auto j = nlohmann::json::parse(line, nullptr, false);
+      auto j = json_parse_or_discarded(line);
       if (!j.is_discarded() && j.contains("step") && j["step"].is_number_integer() &&
           j["step"].get<int64_t>() <= resume_step) {
         kept += line + "\n";

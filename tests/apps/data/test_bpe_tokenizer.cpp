@@ -314,7 +314,7 @@ TEST_CASE("tokenizer.json refusals are one line naming the file and what is unsu
     CHECK(got.find('\n') == std::string::npos);
   }
   const std::string bad = error_of([] { bpe_model_from_json("{\"model\": ", "t.json"); });
-  CHECK(bad.rfind("t.json: not valid JSON (parse error", 0) == 0);
+  CHECK(bad.rfind("t.json: not valid JSON: parse error", 0) == 0);
   CHECK(error_of([] { bpe_model_from_json("[1]", "t.json"); }) ==
         "t.json: not a tokenizer.json (the top level is not an object)");
 }
