@@ -11,11 +11,9 @@
 
 #include <CLI/CLI.hpp>
 
-namespace fanout::app {
+#include "engine/core/number_text.h"
 
-// "" if `text` is a number of kind T within [lo, hi], else why not.
-std::string number_problem(const std::string& text, bool integral, bool is_unsigned, double lo_d,
-                           double hi_d, int64_t lo_i, int64_t hi_i, uint64_t hi_u);
+namespace fanout::app {
 
 template <typename T>
 CLI::Validator number_in(T lo, T hi) {
@@ -23,8 +21,12 @@ CLI::Validator number_in(T lo, T hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) {
         if constexpr (std::is_integral_v<T>) {
-          return number_problem(text, true, std::is_unsigned_v<T>, 0, 0, static_cast<int64_t>(lo),
-                                static_cast<int64_t>(hi), static_cast<uint64_t>(hi));
+          std::string why =
+              number_problem(text, true, std::is_unsigned_v<T>, 0, 0, static_cast<int64_t>(lo),
+                             static_cast<int64_t>(hi), static_cast<uint64_t>(hi));
+          // CLI11 converts with base 0 ("0300" would become 192): hand it the plain digits.
+          if (why.empty()) text = canonical_whole_number(text);
+          return why;
         } else {
           return number_problem(text, false, false, static_cast<double>(lo),
                                 static_cast<double>(hi), 0, 0, 0);
@@ -37,7 +39,7 @@ CLI::Validator number_in(T lo, T hi) {
 template <typename T>
 CLI::Option* add_number(CLI::App* cmd, const std::string& flag, T& member, const std::string& help,
                         T lo, T hi) {
-  return cmd->add_option(flag, member, help)->capture_default_str()->check(number_in(lo, hi));
+  return cmd->add_option(flag, member, help)->capture_default_str()->transform(number_in(lo, hi));
 }
 
 }  // namespace fanout::app

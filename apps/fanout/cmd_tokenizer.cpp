@@ -15,6 +15,7 @@
 
 #include "apps/data/bpe_tokenizer.h"
 #include "apps/data/bpe_trainer.h"
+#include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "engine/core/check.h"
 #include "engine/core/file_io.h"
@@ -108,11 +109,6 @@ class TrainDisplay {
 };
 
 int run_train(const TrainFlags& flags) {
-  FANOUT_CHECK(flags.vocab_size >= data::kBpeMinVocab, "--vocab-size ", flags.vocab_size,
-               ": must be at least ", data::kBpeMinVocab,
-               " (3 special tokens, 256 byte tokens and one merge)");
-  FANOUT_CHECK(flags.vocab_size <= data::kBpeMaxVocab, "--vocab-size ", flags.vocab_size,
-               ": must be at most ", data::kBpeMaxVocab);
   // The output is checked before the work, and written atomically after it.
   file_check_output(flags.out, "--out");
   const auto t0 = Clock::now();
@@ -181,10 +177,9 @@ Command add_tokenizer_command(CLI::App& app) {
   train->add_option("--data", flags->data, "Text files to train on (UTF-8; any bytes encode)")
       ->required()
       ->expected(1, -1);
-  train
-      ->add_option("--vocab-size", flags->vocab_size,
-                   "Tokens in all: 3 special, 256 bytes and the merges")
-      ->capture_default_str();
+  add_number(train, "--vocab-size", flags->vocab_size,
+             "Tokens in all: 3 special, 256 bytes and at least one merge", data::kBpeMinVocab,
+             data::kBpeMaxVocab);
   train->add_option("--out", flags->out, "Where to write the tokenizer.json (HF's format)")
       ->required();
 

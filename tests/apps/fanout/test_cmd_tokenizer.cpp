@@ -124,9 +124,14 @@ TEST_CASE("tokenizer train refuses bad inputs with one line") {
       {train_args(dir.path, out), "is a directory", 1},
       {train_args(dir / "empty.txt", out), "empty.txt: is empty", 1},
       {train_args(dir / "tokens.bin", out), "tokens.bin: is a token file, not text", 1},
-      {train_args(ok, out, "258"), "--vocab-size 258: must be at least 260", 1},
-      {train_args(ok, out, "-5"), "--vocab-size -5: must be at least 260", 1},
-      {train_args(ok, out, "99999999999"), "--vocab-size 99999999999: must be at most", 1},
+      {train_args(ok, out, "258"), "--vocab-size: '258' is out of range (expected 260..16777216)",
+       2},
+      {train_args(ok, out, "-5"), "--vocab-size: '-5' is out of range (expected 260..", 2},
+      {train_args(ok, out, "99999999999"), "--vocab-size: '99999999999' is out of range", 2},
+      // The shared number rules: decimal only, nothing around the digits.
+      {train_args(ok, out, "0x200"), "--vocab-size: '0x200' is not a whole number", 2},
+      {train_args(ok, out, " 300"), "--vocab-size: ' 300' is not a whole number", 2},
+      {train_args(ok, out, "1e3"), "--vocab-size: '1e3' is not a whole number", 2},
       {train_args(ok, out, "lots"), "--vocab-size", 2},
       {train_args(ok, dir / "no-such-folder/t.json"), "does not exist", 1},
       {train_args(ok, dir.path), "--out", 1},
@@ -187,4 +192,14 @@ TEST_CASE("tokenizer encode refuses bad inputs with one line") {
     CHECK(r.err_lines() == 1);
     CHECK(has(r.err, c.message));
   }
+}
+
+TEST_CASE("tokenizer train reads --vocab-size as decimal, leading zeros included") {
+  // CLI11 alone converts with base 0: "0400" would be octal 256 (below the minimum).
+  TempDir dir("fanout-tok-zeros");
+  write_corpus(dir / "a.txt", 100000);
+  auto r = run_fanout(train_args(dir / "a.txt", dir / "t.json", "0400"));
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "trained 400 tokens (141 merges)"));
 }
