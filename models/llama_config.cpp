@@ -105,6 +105,17 @@ void LlamaConfig::validate(const std::string& source) const {
   FANOUT_CHECK(std::isfinite(rope_theta) && rope_theta > 0, source,
                ": rope_theta must be positive and finite, got ", rope_theta);
   rope_scaling_validate(rope_scaling, source + ": rope_scaling");
+  // Valid-looking numbers can still make a frequency overflow (a factor of 1e-320):
+  // every angle RoPE will use must be a finite float, or every loss would be NaN.
+  const ops::RopeFreq freq(rope_theta, rope_scaling);
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const double inv = ops::rope_inv_freq(freq, i, head_dim);
+    const double angle = inv * static_cast<double>(max_position_embeddings);
+    FANOUT_CHECK(std::isfinite(static_cast<float>(angle)) && inv > 0, source, ": rope_theta ",
+                 rope_theta, " with rope_scaling ", rope_scaling_to_json(rope_scaling).dump(),
+                 " gives RoPE frequency ", inv, " for pair ", i, " of head_dim ", head_dim,
+                 ", which no float angle can hold; check the scaling factor");
+  }
   FANOUT_CHECK(vocab_size < (int64_t{1} << 31), source, ": vocab_size ", vocab_size,
                " is too large (token ids are 32-bit: at most 2147483647)");
   FANOUT_CHECK(max_position_embeddings < (int64_t{1} << 31), source, ": max_position_embeddings ",
@@ -210,17 +221,28 @@ LlamaConfig llama_config_from_json(const json& j, const std::string& source) {
   }
   c.max_position_embeddings = get_int(j, "max_position_embeddings", source, 2048, false);
   c.rms_norm_eps = get_number(j, "rms_norm_eps", source, 1e-6);
+  // transformers 4 writes rope_theta and rope_scaling (null when plain); 5 writes
+  // rope_parameters. A file may carry both; they must then say the same thing.
+  const json* rp = find_key(j, "rope_parameters");
+  const json* rs = find_key(j, "rope_scaling");
   double theta = 10000.0;
-  if (const json* rp = find_key(j, "rope_parameters")) {
+  if (rp != nullptr) {
     FANOUT_CHECK(rp->is_object(), source, ": rope_parameters must be a JSON object, got ",
                  json_shown(*rp));
     c.rope_scaling = rope_scaling_from_json(*rp, source, "rope_parameters");
     theta = get_number(*rp, "rope_theta", source + ": rope_parameters", theta);
   }
   c.rope_theta = get_number(j, "rope_theta", source, theta);
-  // transformers 4 writes rope_scaling (null when plain); 5 writes rope_parameters.
-  if (const json* rs = find_key(j, "rope_scaling")) {
-    c.rope_scaling = rope_scaling_from_json(*rs, source, "rope_scaling");
+  FANOUT_CHECK(rp == nullptr || !rp->contains("rope_theta") || c.rope_theta == theta, source,
+               ": rope_theta (", c.rope_theta, ") and rope_parameters.rope_theta (", theta,
+               ") disagree; keep one of them");
+  if (rs != nullptr && !rs->is_null()) {
+    const ops::RopeScaling scaling = rope_scaling_from_json(*rs, source, "rope_scaling");
+    FANOUT_CHECK(rp == nullptr || rope_scaling_equal(scaling, c.rope_scaling), source,
+                 ": rope_scaling (", rope_scaling_to_json(scaling).dump(),
+                 ") and rope_parameters (", rope_scaling_to_json(c.rope_scaling).dump(),
+                 ") disagree; keep one of them");
+    c.rope_scaling = scaling;
   }
   if (const json* tie = find_key(j, "tie_word_embeddings")) {
     FANOUT_CHECK(tie->is_boolean(), source, ": tie_word_embeddings must be true or false, got ",

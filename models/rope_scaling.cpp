@@ -41,6 +41,15 @@ const char* rope_scaling_name(RopeScalingType type) {
   return "?";
 }
 
+bool rope_scaling_equal(const RopeScaling& a, const RopeScaling& b) {
+  if (a.type != b.type) return false;
+  if (a.type == RopeScalingType::none) return true;
+  if (a.factor != b.factor) return false;
+  return a.type != RopeScalingType::llama3 ||
+         (a.low_freq_factor == b.low_freq_factor && a.high_freq_factor == b.high_freq_factor &&
+          a.original_max_position_embeddings == b.original_max_position_embeddings);
+}
+
 void rope_scaling_validate(const RopeScaling& s, const std::string& where) {
   if (s.type == RopeScalingType::none) return;
   FANOUT_CHECK(std::isfinite(s.factor) && s.factor > 0, where,

@@ -21,6 +21,9 @@ ops::RopeScaling rope_scaling_from_json(const nlohmann::json& j, const std::stri
 // The rope_scaling value HF writes: null for plain RoPE, else an object with rope_type.
 nlohmann::json rope_scaling_to_json(const ops::RopeScaling& scaling);
 
+// Whether two scalings give the same angles (the fields their type uses are equal).
+bool rope_scaling_equal(const ops::RopeScaling& a, const ops::RopeScaling& b);
+
 // "none", "linear", "llama3".
 const char* rope_scaling_name(ops::RopeScalingType type);
 

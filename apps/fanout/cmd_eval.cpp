@@ -122,6 +122,9 @@ int run_eval(const EvalArgs& a) {
     tokens += st.count;
   }
   double loss = loss_sum / static_cast<double>(tokens);
+  // A NaN is not a result: the weights (or what the config makes of them) overflow.
+  FANOUT_CHECK(std::isfinite(loss), a.checkpoint, ": the loss over ", a.data, " is ", loss,
+               " (not a finite number): the checkpoint's weights overflow on this data");
   std::printf(
       "eval: loss %.6f (perplexity %.3f) over %lld tokens in %lld batches of %lld x %lld "
       "on %s, %s\n",

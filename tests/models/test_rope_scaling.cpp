@@ -166,3 +166,45 @@ TEST_CASE("other rope_scaling types and bad llama3 fields are refused in one lin
   j["rope_scaling"] = {{"factor", 8.0}};
   check_refused(j, "rope_scaling has \"factor\" but no \"rope_type\"");
 }
+
+TEST_CASE("a scaling whose RoPE angles overflow a float is refused, not trained into NaN") {
+  // Positive and finite, so the field checks pass; the angles would be inf and every
+  // loss NaN (eval printed "loss -nan" and exited 0).
+  for (double factor : {1e-320, 1e-300, 1e-40}) {
+    for (const char* type : {"llama3", "linear"}) {
+      json j = tiny_json();
+      j["rope_scaling"] = llama31_scaling();
+      j["rope_scaling"]["rope_type"] = type;
+      j["rope_scaling"]["factor"] = factor;
+      CAPTURE(factor);
+      CAPTURE(type);
+      check_refused(j, "which no float angle can hold; check the scaling factor");
+    }
+  }
+  json j = tiny_json();
+  j["rope_scaling"] = llama31_scaling();
+  j["rope_scaling"]["factor"] = 1e-3;  // small but every angle fits
+  CHECK(refusal(j) == "(accepted)");
+}
+
+TEST_CASE("rope_parameters and rope_scaling that disagree are refused; agreeing ones are read") {
+  json j = tiny_json();
+  json rp = llama31_scaling();
+  rp["rope_theta"] = 500000.0;
+  j["rope_parameters"] = rp;
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = llama31_scaling();  // the same, as transformers 5 may write both
+  CHECK(llama_config_from_json(j, "cfg.json").rope_scaling.factor == 8.0);
+  j["rope_scaling"] = nullptr;  // transformers 4's "plain" marker says nothing against it
+  CHECK(llama_config_from_json(j, "cfg.json").rope_scaling.factor == 8.0);
+
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  check_refused(j, "rope_scaling ({\"factor\":2.0,\"rope_type\":\"linear\"}) and rope_parameters");
+  check_refused(j, "disagree; keep one of them");
+  j["rope_scaling"] = llama31_scaling();
+  j["rope_scaling"]["factor"] = 4.0;
+  check_refused(j, "disagree; keep one of them");
+  j["rope_scaling"] = llama31_scaling();
+  j["rope_theta"] = 10000.0;
+  check_refused(j, "rope_theta (10000) and rope_parameters.rope_theta (500000) disagree");
+}

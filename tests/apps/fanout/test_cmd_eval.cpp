@@ -456,3 +456,38 @@ TEST_CASE("eval --logits writes the first batch's logits as a .npy file, never o
   CHECK(file_read(f.bin) == before);
   check_fails(eval(f.ckpt, f.bin, {"--logits", f.dir.path}), "--logits");
 }
+
+// --- results that are not numbers ---------------------------------------------
+
+TEST_CASE("eval refuses a rope_scaling whose angles overflow instead of printing loss nan") {
+  EvalFiles f;
+  config_edit(f.ckpt, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 1e-320},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 64}};
+  });
+  check_fails(eval(f.ckpt, f.bin), "which no float angle can hold; check the scaling factor");
+}
+
+TEST_CASE("eval refuses a config whose rope_scaling and rope_parameters disagree") {
+  EvalFiles f;
+  config_edit(f.ckpt, [](nlohmann::json& j) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+    j["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  });
+  check_fails(eval(f.ckpt, f.bin), "disagree; keep one of them");
+}
+
+TEST_CASE("eval fails naming the checkpoint when the loss is not a finite number") {
+  EvalFiles f;
+  std::vector<HostTensor> w = weights_read(f.ckpt);
+  for (HostTensor& t : w) {
+    if (t.name == "model.norm.weight") std::fill(t.data.begin(), t.data.end(), 3e38f);
+  }
+  weights_write(f.ckpt, w);
+  CliResult r = eval(f.ckpt, f.bin);
+  check_fails(r, "(not a finite number): the checkpoint's weights overflow on this data");
+  CHECK(r.out.find("nan") == std::string::npos);
+}
