@@ -3,7 +3,7 @@
 // each collective gave. The same function runs in two settings:
 //
 //   In one process: members are CPU devices cpu:0..cpu:N-1, one thread each
-//   (N from the first argument, default 4):
+//   (N from the only argument, 1 to 64, default 4; --help says so):
 //     build/apps/examples/fanout_collectives_example 3
 //
 //   Across processes: when RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are set,
@@ -18,14 +18,17 @@
 // Both settings print the same results: reductions are computed in rank order with
 // one rounding wherever the members are (communicator.h).
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/core/check.h"
+#include "engine/core/number_text.h"
 #include "engine/parallel/communicator.h"
 
 namespace {
@@ -33,6 +36,8 @@ namespace {
 using namespace fanout;
 using parallel::Communicator;
 using parallel::ReduceOp;
+
+constexpr int kMaxInt = std::numeric_limits<int>::max();
 
 // A CPU tensor of `dtype` holding `values`.
 Tensor make(Communicator& c, DType dtype, const std::vector<float>& values) {
@@ -166,21 +171,19 @@ int run_local(int members) {
   return 0;
 }
 
-int env_int(const char* name) {
+// $name as a whole number in [lo, hi], by fanout's rules for numbers a user types.
+int env_int(const char* name, int lo, int hi) {
   const char* v = std::getenv(name);
-  char* end = nullptr;
-  long n = v ? std::strtol(v, &end, 10) : -1;
-  FANOUT_CHECK(v && *v && *end == '\0' && n >= 0, "the environment variable ", name,
-               " must be a non-negative integer, got \"", v ? v : "", "\"");
-  return static_cast<int>(n);
+  return static_cast<int>(parse_whole_number(v ? v : "", lo, hi, name));
 }
 
 int run_process() {
   const char* addr = std::getenv("MASTER_ADDR");
   FANOUT_CHECK(addr && std::getenv("MASTER_PORT") && std::getenv("WORLD_SIZE"),
                "RANK is set: MASTER_ADDR, MASTER_PORT and WORLD_SIZE must be set too");
-  const int rank = env_int("RANK"), world = env_int("WORLD_SIZE");
-  parallel::Rendezvous rendezvous(addr, env_int("MASTER_PORT"), rank, world,
+  const int world = env_int("WORLD_SIZE", 1, kMaxInt);
+  const int rank = env_int("RANK", 0, world - 1);
+  parallel::Rendezvous rendezvous(addr, env_int("MASTER_PORT", 1, 65535), rank, world,
                                   std::chrono::milliseconds(60000));
   auto comm = parallel::make_process_communicator(rendezvous, cpu_device(0), 60);
   if (rank == 0) std::printf("%d processes, backend %s\n", world, comm->backend());
@@ -189,14 +192,49 @@ int run_process() {
   return 0;
 }
 
+constexpr const char* kUsage =
+    "usage: fanout_collectives_example [MEMBERS]\n"
+    "  Runs every collective among MEMBERS CPU devices of this process, one thread each\n"
+    "  (1 to 64, default 4). With RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set (as\n"
+    "  torchrun sets them), this process is member RANK of WORLD_SIZE and takes no MEMBERS.\n";
+
+// A usage error: one line, exit code 2.
+[[noreturn]] void usage_error(const std::string& why) {
+  std::fprintf(stderr, "fanout_collectives_example: error: %s (see --help)\n", why.c_str());
+  std::exit(2);
+}
+
+// The members of the in-process setting, from the command line (exits on --help).
+int members_from_args(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+  }
+  if (args.empty()) return 4;
+  if (args.size() > 1)
+    usage_error("one argument at most (MEMBERS), got " + std::to_string(args.size()));
+  const std::string& a = args[0];
+  if (a.size() > 1 && a[0] == '-' && !std::isdigit(static_cast<unsigned char>(a[1]))) {
+    usage_error("unknown flag " + a);
+  }
+  if (std::getenv("RANK"))
+    usage_error("RANK is set: each process is one member, MEMBERS does not apply");
+  try {
+    return static_cast<int>(parse_whole_number(a, 1, 64, "MEMBERS"));
+  } catch (const Error& e) {
+    usage_error(e.what());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const int members = members_from_args(argc, argv);
   try {
     if (std::getenv("RANK")) return run_process();
-    int members = argc > 1 ? std::atoi(argv[1]) : 4;
-    FANOUT_CHECK(members >= 1 && members <= 64, "members must be 1 to 64, got ",
-                 argc > 1 ? argv[1] : "");
     return run_local(members);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

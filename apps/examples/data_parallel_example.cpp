@@ -3,6 +3,8 @@
 // short text. The same calls `fanout train` makes, with nothing hidden.
 //
 //   build/apps/examples/fanout_dp_example
+//
+// It takes no arguments: --help prints what it does, anything else is refused.
 
 #include <cstdio>
 #include <memory>
@@ -14,8 +16,29 @@
 #include "engine/parallel/data_parallel.h"
 #include "models/llama_model.h"
 
-int main() {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: fanout_dp_example\n"
+    "  Trains a two-layer Llama wrapped in fanout::parallel::DataParallel on cpu:0 and\n"
+    "  cpu:1 for 30 AdamW steps through the C++ API; exits 0 when the loss fell.\n"
+    "  It takes no arguments.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
   using namespace fanout;
+  if (argc > 1) {
+    const std::string arg = argv[1];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    std::fprintf(stderr,
+                 "fanout_dp_example: error: unexpected argument '%s': it takes none (see --help)\n",
+                 arg.c_str());
+    return 2;
+  }
   // 1. The model: any LlamaConfig; here the tiny preset with two layers.
   models::LlamaConfig config = models::llama_preset("tiny");
   config.num_hidden_layers = 2;

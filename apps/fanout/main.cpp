@@ -11,48 +11,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apps/fanout/cli_help.h"
+#include "apps/fanout/cli_parse.h"
 #include "apps/fanout/commands.h"
 #include "engine/core/check.h"
-
-namespace {
-
-// Edit distance, for "did you mean" on a mistyped subcommand.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// "" when `word` is a subcommand or an option, else the error for it.
-std::string unknown_command(const CLI::App& app, const std::string& word) {
-  if (word.empty() || word[0] == '-') return "";
-  std::string best;
-  size_t best_d = 3;  // suggest only close names
-  for (const CLI::App* sub : app.get_subcommands({})) {
-    if (sub->get_name() == word) return "";
-    const size_t d = edit_distance(word, sub->get_name());
-    if (d < best_d) best_d = d, best = sub->get_name();
-  }
-  return "unknown command '" + word + "'" +
-         (best.empty() ? std::string(" (see fanout --help)") : "; did you mean '" + best + "'?");
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace fanout;
   // A file-size limit (ulimit -f) must fail a write with EFBIG, not kill the process.
   std::signal(SIGXFSZ, SIG_IGN);
-  CLI::App app{"fanout: data-parallel training of a Llama transformer from one process"};
+  CLI::App app{"fanout: data-parallel training of a Llama transformer from one process", "fanout"};
+  app::help_install(app);  // before the subcommands, which copy it
   app.set_version_flag("--version", std::string("fanout ") + FANOUT_VERSION);
   app.require_subcommand(1);
   std::vector<app::Command> commands = {
@@ -64,7 +33,7 @@ int main(int argc, char** argv) {
       app::add_report_command(app),
   };
   if (argc > 1) {
-    if (std::string why = unknown_command(app, argv[1]); !why.empty()) {
+    if (std::string why = app::unknown_command(app, argv[1]); !why.empty()) {
       std::fprintf(stderr, "fanout: error: %s\n", why.c_str());
       return 2;
     }
@@ -78,7 +47,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "fanout: error: %s (see fanout --help)\n", e.what());
+    std::fprintf(stderr, "fanout: error: %s\n", app::parse_error_message(app, e).c_str());
     return 2;
   }
   try {

@@ -194,6 +194,41 @@ bool checkpoint_complete(const fs::path& dir) {
   return fs::is_directory(dir, ec) && fs::is_regular_file(dir / kStateFile, ec);
 }
 
+// Why the entry `dir` of a run directory is not a complete checkpoint, e.g. "has no
+// trainer_state.json"; "" when it is one or is not there at all.
+std::string checkpoint_problem(const fs::path& dir) {
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(dir, ec);
+  if (!fs::exists(link)) return "";
+  const fs::file_status st = fs::status(dir, ec);
+  if (fs::is_symlink(link) && ec) {
+    const std::string why =
+        ec == std::errc::no_such_file_or_directory ? "which does not exist" : ec.message();
+    return "is a link to " + fs::read_symlink(dir, ec).string() + " (" + why + ")";
+  }
+  if (!fs::is_directory(st)) return "is not a directory";
+  const fs::file_status state = fs::status(dir / kStateFile, ec);
+  if (!fs::exists(state)) return std::string("has no ") + kStateFile;
+  if (!fs::is_regular_file(state)) {
+    return std::string("has a ") + kStateFile + " that is not a file";
+  }
+  return "";
+}
+
+// Where the link `entry` leads when that is outside the directory `out`, else "" (not
+// a link, or one to a place inside `out`).
+std::string link_outside(const fs::path& entry, const fs::path& out) {
+  std::error_code ec;
+  if (!fs::is_symlink(fs::symlink_status(entry, ec))) return "";
+  const fs::path inside = fs::weakly_canonical(out, ec);
+  if (ec) return "";  // then the entry is not reachable either
+  const fs::path target = fs::weakly_canonical(entry, ec);
+  if (ec) return "";  // a loop: not followed anyway (checkpoint_problem names it)
+  const fs::path rel = target.lexically_relative(inside);
+  if (rel.empty() || *rel.begin() == "..") return target.string();
+  return "";
+}
+
 // DIR, or where it is missing, a complete copy renamed aside by an interrupted write.
 fs::path dir_resolve(const fs::path& dir) {
   std::error_code ec;
@@ -525,6 +560,10 @@ std::string checkpoint_find_last(const std::string& out_dir) {
   }
   std::string best;
   int64_t best_step = -1;
+  // The newest entry named like a checkpoint that is none (final, else the highest
+  // step), named if nothing else can be taken.
+  std::string damaged;
+  bool damaged_final = false;
   for (const std::string& name : names) {
     int64_t step = -1;
     if (name.rfind("step-", 0) == 0 && name.size() > 5) {
@@ -536,7 +575,20 @@ std::string checkpoint_find_last(const std::string& out_dir) {
       continue;
     }
     const fs::path dir = dir_resolve(out / name);
-    if (!checkpoint_complete(dir)) continue;
+    // A run's checkpoints are its own: a link out of it (to another run, or to files
+    // someone else put there) is never followed, and named rather than skipped.
+    const std::string outside = link_outside(dir, out);
+    FANOUT_CHECK(outside.empty(), dir.string(), " is a link to ", outside, ", outside ",
+                 out.string(),
+                 ": fanout does not follow links out of a run directory (remove "
+                 "the link, or give --resume the checkpoint it leads to)");
+    if (!checkpoint_complete(dir)) {
+      if (const std::string why = checkpoint_problem(dir); !why.empty() && !damaged_final) {
+        damaged = dir.string() + " " + why;
+        damaged_final = name == "final";
+      }
+      continue;
+    }
     if (name == "final") {
       step = in_checkpoint(out / name, dir,
                            [&] { return state_from_text(file_read(dir / kStateFile)).step; });
@@ -546,7 +598,12 @@ std::string checkpoint_find_last(const std::string& out_dir) {
       best = (out / name).string();
     }
   }
-  FANOUT_CHECK(!best.empty(), "no checkpoint found in ", out.string());
+  if (!damaged.empty()) {
+    damaged = ": " + damaged +
+              ", so it is not a complete checkpoint (move it away, or give --resume a "
+              "checkpoint directory)";
+  }
+  FANOUT_CHECK(!best.empty(), "no checkpoint found in ", out.string(), damaged);
   return best;
 }
 

@@ -66,7 +66,10 @@ std::string checkpoint_step_name(int64_t step);
 
 // `--resume last`: the complete checkpoint (one with trainer_state.json) with the
 // highest step among OUT_DIR/step-N and OUT_DIR/final (final wins a tie); temporary
-// directories are ignored. Throws "no checkpoint found in <out_dir>" if there is none.
+// directories are ignored. Throws "no checkpoint found in <out_dir>" if there is none
+// (naming the newest entry that looked like one and why it is not, e.g. a final/
+// without trainer_state.json), and for an entry that is a link out of OUT_DIR,
+// which is never followed.
 std::string checkpoint_find_last(const std::string& out_dir);
 
 }  // namespace fanout::train

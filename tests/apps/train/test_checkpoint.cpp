@@ -217,7 +217,7 @@ TEST_CASE("checkpoint read names the damaged part of a checkpoint") {
   SUBCASE("truncated trainer_state.json") {
     const std::string text = file_read(state_path);
     file_write(state_path, text.substr(0, text.size() / 2));
-    expect(dir, "trainer_state.json is not valid JSON");
+    expect(dir, "trainer_state.json: not valid JSON");
   }
   SUBCASE("trainer_state.json missing a key") {
     nlohmann::json j = state;
