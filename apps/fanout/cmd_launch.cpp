@@ -1,10 +1,12 @@
 // `fanout launch`: torchrun for fanout. Starts --nproc-per-node copies of this
 // binary with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
 // MASTER_PORT set (and FANOUT_LAUNCHER, FANOUT_JOB_SECRET, FANOUT_RESTART_COUNT,
-// FANOUT_MAX_RESTARTS), forwards Ctrl-C to them, and when one rank fails, says
-// which and stops the others — no orphans (children die with the launcher) and
-// no zombies (every child is waited for). With --max-restarts N it then starts
-// every rank again, at most N times, as torchrun's elastic agent does.
+// FANOUT_MAX_RESTARTS), passes Ctrl-C and SIGTERM on to them (Note [Ctrl-C
+// under launch]), and when one rank fails, says which and stops the others — no
+// orphans (children die with the launcher) and no zombies (every child is waited
+// for). With --max-restarts N it then starts every rank again, at most N times,
+// as torchrun's elastic agent does, except after a usage error (exit code 2),
+// which every restart would repeat. A launch inside another is refused.
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -26,6 +28,7 @@
 
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
+#include "apps/train/launcher_env.h"
 #include "engine/core/check.h"
 
 namespace fanout::app {
@@ -40,9 +43,25 @@ struct LaunchArgs {
   std::vector<std::string> command;
 };
 
-std::atomic<int> g_signals{0};
-extern "C" void on_signal(int) {
-  ++g_signals;
+// Note [Ctrl-C under launch]
+// A terminal's Ctrl-C sends SIGINT to its whole foreground process group: to the
+// launcher and to every rank at once. Forwarding it too gave each rank a second
+// SIGINT, and a second signal stops a rank at once (Note [Stopping on a signal]
+// in apps/train/stop_signals.cpp): no checkpoint, no curves. So one Ctrl-C stays one:
+//   - a signal the kernel sent for a terminal (si_code SI_KERNEL) has reached
+//     the ranks already, and the launcher does not forward it;
+//   - any other first signal (kill of the launcher, or of its whole process
+//     group) is forwarded once, as itself (SIGINT or SIGTERM), and a rank takes
+//     a signal from its launcher that repeats one it already has as that one;
+//   - a second signal to the launcher kills the ranks.
+// The launcher exits 128 + the first signal (130, 143), as train does.
+std::atomic<int> g_signals{0}, g_first_signal{0};
+std::atomic<bool> g_from_terminal{false};  // the first signal came from a terminal
+extern "C" void on_signal(int sig, siginfo_t* info, void*) {
+  int none = 0;
+  if (g_first_signal.compare_exchange_strong(none, sig))
+    g_from_terminal = info != nullptr && info->si_code == SI_KERNEL;
+  ++g_signals;  // last: the loop that sees the count sees the rest
 }
 
 // A free TCP port on this machine (single-node runs without --master-port).
@@ -150,7 +169,7 @@ struct AttemptEnv {
   std::string secret;
 };
 
-enum class Ending { ok, failed, interrupted };
+enum class Ending { ok, failed, usage_error, interrupted };
 struct AttemptResult {
   Ending ending = Ending::ok;
   int exit_code = 0;
@@ -197,7 +216,7 @@ AttemptResult run_attempt(LaunchArgs& a, const std::string& self, const AttemptE
   // Wait for every child; react to the first failure and to Ctrl-C.
   using Clock = std::chrono::steady_clock;
   AttemptResult result;
-  int forwarded = 0, live = a.nproc;
+  int signalled = 0, live = a.nproc;  // signals the launcher has acted on
   bool stopping = false;
   Clock::time_point kill_at = Clock::time_point::max();
   auto signal_all = [&](int sig) {
@@ -206,11 +225,15 @@ AttemptResult run_attempt(LaunchArgs& a, const std::string& self, const AttemptE
   };
   while (live > 0) {
     int seen = g_signals.load();
-    if (seen > forwarded) {
-      // First Ctrl-C: the ranks finish their step and checkpoint; a second: kill.
-      signal_all(seen == 1 ? SIGINT : SIGKILL);
-      forwarded = seen;
-      if (result.exit_code == 0) result.exit_code = 130;
+    if (seen > signalled) {
+      // The first signal: the ranks finish their step and checkpoint (Note [Ctrl-C
+      // under launch]); a second: kill.
+      if (seen > 1)
+        signal_all(SIGKILL);
+      else if (!g_from_terminal)
+        signal_all(g_first_signal);
+      signalled = seen;
+      if (result.exit_code == 0) result.exit_code = 128 + g_first_signal;
       if (result.ending == Ending::ok) result.ending = Ending::interrupted;
       kill_at = std::min(kill_at, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                      std::chrono::duration<double>(a.grace)));
@@ -228,22 +251,33 @@ AttemptResult run_attempt(LaunchArgs& a, const std::string& self, const AttemptE
     if (local < 0) continue;
     alive[local] = false;
     --live;
-    // After a forwarded Ctrl-C, a rank that had not yet installed its handler dies of SIGINT.
-    bool ok = (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 130)) ||
-              (forwarded > 0 && WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
+    // A rank that took Ctrl-C or SIGTERM exits 130 or 143 after its checkpoint;
+    // after a signal, one that had not yet installed its handler dies of it.
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const bool stopped = code == 128 + SIGINT || code == 128 + SIGTERM;
+    bool ok = code == 0 || stopped ||
+              (signalled > 0 && WIFSIGNALED(status) &&
+               (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM));
+    if (stopped && result.exit_code == 0) {  // a signal sent to the ranks alone
+      result.exit_code = code;
+      result.ending = Ending::interrupted;
+    }
     if (!ok && !stopping) {
       int rank = a.node_rank * a.nproc + local;
+      const bool usage_error = code == 2;  // the command line is wrong: a restart repeats it
       std::string then = "stopping the other ranks";
-      if (forwarded == 0 && !restart_words.empty()) {
+      if (signalled == 0 && usage_error && a.max_restarts > 0) {
+        then += " (not restarting: exit code 2 is a usage error, which every restart would repeat)";
+      } else if (signalled == 0 && !restart_words.empty()) {
         then = restart_words;
-      } else if (forwarded == 0 && a.max_restarts > 0) {
+      } else if (signalled == 0 && a.max_restarts > 0) {
         then += " (no restart left: --max-restarts " + std::to_string(a.max_restarts) + ")";
       }
       std::fprintf(stderr, "fanout launch: rank %d %s; %s\n", rank, describe(status).c_str(),
                    then.c_str());
       stopping = true;
-      result.exit_code = 1;
-      if (forwarded == 0) result.ending = Ending::failed;
+      result.exit_code = usage_error ? 2 : 1;
+      if (signalled == 0) result.ending = usage_error ? Ending::usage_error : Ending::failed;
       // The others notice through their collectives and say so themselves; any
       // still running after the grace period are killed.
       kill_at = Clock::now() +
@@ -254,10 +288,24 @@ AttemptResult run_attempt(LaunchArgs& a, const std::string& self, const AttemptE
 }
 
 int run_launch(LaunchArgs a) {
+  // Its ranks carry the launcher's marker: a launch there would start ranks of ranks.
+  const char* outer = std::getenv("FANOUT_LAUNCHER");
+  FANOUT_CHECK(outer == nullptr || outer[0] == '\0',
+               "fanout launch cannot run inside another launch (FANOUT_LAUNCHER=",
+               outer == nullptr ? "" : outer,
+               " says this process is a rank of one): start every rank from one launch, or unset "
+               "FANOUT_LAUNCHER if it is left over");
+  FANOUT_CHECK(a.command.empty() || a.command[0] != "launch",
+               "launch -- launch would start a launcher as each rank: give the command every rank "
+               "runs, e.g. fanout launch --nproc-per-node 2 -- train --strategy ddp");
   FANOUT_CHECK(a.nproc >= 1, "--nproc-per-node must be at least 1");
   FANOUT_CHECK(!a.addr.empty(), "--master-addr: an empty value is not an address");
   FANOUT_CHECK(a.nnodes >= 1, "--nnodes must be at least 1");
   FANOUT_CHECK(a.node_rank >= 0 && a.node_rank < a.nnodes, "--node-rank must be in [0, --nnodes)");
+  const int64_t world = int64_t{a.nproc} * a.nnodes;
+  FANOUT_CHECK(world <= train::kMaxWorldSize, "--nproc-per-node ", a.nproc, " x --nnodes ",
+               a.nnodes, " = ", world, " ranks is more than one fanout job holds (at most ",
+               train::kMaxWorldSize, ": rank 0's rendezvous keeps a connection to every rank)");
   FANOUT_CHECK(!a.command.empty(),
                "give the command to run after --, e.g. "
                "fanout launch --nproc-per-node 2 -- train --strategy ddp");
@@ -294,7 +342,8 @@ int run_launch(LaunchArgs a) {
   self[n] = '\0';
 
   struct sigaction sa {};
-  sa.sa_handler = on_signal;
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
@@ -309,7 +358,7 @@ int run_launch(LaunchArgs a) {
       words = "restarting every rank (restart " + std::to_string(restart + 1) + " of " +
               std::to_string(a.max_restarts) + ")";
     AttemptResult r = run_attempt(a, self, env, words);
-    if (r.ending != Ending::failed || words.empty()) return r.exit_code;
+    if (r.ending != Ending::failed || words.empty()) return r.exit_code;  // usage errors too
     if (g_signals.load() > 0) {  // a Ctrl-C, even one while the ranks were stopping, never restarts
       std::fprintf(stderr,
                    "fanout launch: interrupted while the ranks were stopping; not "

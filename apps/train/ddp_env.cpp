@@ -1,12 +1,13 @@
 #include "apps/train/ddp_env.h"
 
 #include <algorithm>
-
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 
 #include "engine/core/check.h"
+#include "engine/core/number_text.h"
 #include "engine/parallel/rendezvous_server.h"
 #include "engine/parallel/rendezvous_wire.h"
 #include "engine/parallel/torch_store.h"
@@ -52,16 +53,13 @@ std::unique_ptr<parallel::Rendezvous> rendezvous_through_torch_store(
   }
   std::string where = store.get(at);
   size_t colon = where.rfind(':');
-  int port = 0;
-  try {
-    port = colon == std::string::npos ? 0 : std::stoi(where.substr(colon + 1));
-  } catch (...) {
-  }
-  FANOUT_CHECK(colon != std::string::npos && colon > 0 && port > 0 && port < 65536,
+  const std::string port = colon == std::string::npos ? "" : where.substr(colon + 1);
+  FANOUT_CHECK(colon != std::string::npos && colon > 0 &&
+                   number_problem(port, true, false, 0, 0, 1, 65535, 0).empty(),
                "torchrun's store holds '", parallel::wire::printable(where), "' under '", at,
                "', not the rendezvous' addr:port");
   o.addr = where.substr(0, colon);
-  o.port = port;
+  o.port = static_cast<int>(parse_whole_number(port, 1, 65535, "the rendezvous' port"));
   if (o.secret.empty()) o.secret = store.get(secret);
   return std::make_unique<parallel::Rendezvous>(o);
 }
@@ -109,8 +107,23 @@ Device ddp_device(const DdpEnv& env, const std::vector<Device>& devices) {
   return devices[env.local_rank];
 }
 
+// Note [Bounded ddp start-up]
+// --timeout bounds the whole start-up, failures included: the rendezvous (every
+// rank reaches the master), then a meeting of all ranks (Rendezvous::wait_for_all)
+// before any library builds a connection per peer, then the Gloo or NCCL mesh.
+// A world that cannot assemble fails at the meeting, in one line naming the
+// absent ranks, with nothing per peer to tear down; a WORLD_SIZE past what the
+// rendezvous (kMaxWorldSize) or a Gloo mesh (kMaxGlooWorld) holds is refused
+// before anything connects.
+
 DdpGroup ddp_connect(const DdpEnv& env, Device device, double timeout_s, bool announce) {
   FANOUT_CHECK(timeout_s > 0, "--timeout must be positive");
+  FANOUT_CHECK(device.is_cuda() || env.world <= parallel::kMaxGlooWorld, env.world_var, "=",
+               env.world, " is more ranks than --devices cpu joins (at most ",
+               parallel::kMaxGlooWorld,
+               ": its Gloo mesh passes every rank's address for each other rank through rank 0's "
+               "rendezvous)");
+  const auto start = std::chrono::steady_clock::now();
   if (announce && env.is_main()) {
     std::printf("%s\n", launcher_line(env).c_str());
     std::fflush(stdout);
@@ -123,6 +136,8 @@ DdpGroup ddp_connect(const DdpEnv& env, Device device, double timeout_s, bool an
   o.secret = env.secret, o.job = env.job;
   g.rendezvous = env.torch_agent_store ? rendezvous_through_torch_store(env, o)
                                        : std::make_unique<parallel::Rendezvous>(o);
+  g.rendezvous->wait_for_all(o.timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             std::chrono::steady_clock::now() - start));
   g.group = device.is_cuda() ? parallel::make_nccl_group(*g.rendezvous, device, timeout_s)
                              : parallel::make_gloo_group(*g.rendezvous, timeout_s);
   return g;

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "engine/core/check.h"
+#include "engine/core/number_text.h"
 
 namespace fanout::train {
 
@@ -41,18 +42,20 @@ struct Reader {
                  " needs the environment variable ", name);
     return *v;
   }
-  int num(const std::string& name, int lo = 0) const { return parse(name, str(name), lo); }
-  static int parse(const std::string& name, const std::string& v, int lo = 0) {
-    size_t used = 0;
-    long x = -1;
-    try {
-      x = std::stol(v, &used);
-    } catch (...) {
-      used = 0;
-    }
-    FANOUT_CHECK(used == v.size() && used > 0 && x >= lo && x <= (1 << 30), "bad ", name, "='", v,
-                 "' (expected a whole number >= ", lo, ")");
-    return static_cast<int>(x);
+  // A whole number in [lo, hi] by fanout's number rules: " 0", "0x10" and "1e3" are refused.
+  int num(const std::string& name, int lo, int hi) const { return parse(name, str(name), lo, hi); }
+  // A rank (or local rank, node index) of a job.
+  int place(const std::string& name) const { return num(name, 0, kMaxWorldSize - 1); }
+  // A count of ranks, refused past kMaxWorldSize with the reason.
+  int count(const std::string& name) const {
+    int n = parse(name, str(name), 1, 1 << 30);
+    FANOUT_CHECK(n <= kMaxWorldSize, name, "=", n,
+                 " is more ranks than one fanout job holds (at most ", kMaxWorldSize,
+                 ": rank 0's rendezvous keeps a connection to every rank)");
+    return n;
+  }
+  static int parse(const std::string& name, const std::string& v, int64_t lo, int64_t hi) {
+    return static_cast<int>(parse_whole_number(v, lo, hi, "environment variable " + name));
   }
 };
 
@@ -72,16 +75,15 @@ void check_place(const LauncherEnv& e, const char* rank, const char* world, cons
 // MASTER_ADDR and MASTER_PORT as torchrun spells them (fanout launch, torchrun, RANK/WORLD_SIZE).
 void read_master(const Reader& r, LauncherEnv& e) {
   e.master_addr = r.str("MASTER_ADDR");
-  e.master_port = r.num("MASTER_PORT", 1);
-  FANOUT_CHECK(e.master_port < 65536, "bad MASTER_PORT='", e.master_port, "' (not a port number)");
+  e.master_port = r.num("MASTER_PORT", 1, 65535);
 }
 
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (default: all ranks local).
 void read_torch_names(const Reader& r, LauncherEnv& e) {
-  e.rank = r.num("RANK");
-  e.world = r.num("WORLD_SIZE", 1);
-  e.local_rank = r.num("LOCAL_RANK");
-  e.local_world = r.opt("LOCAL_WORLD_SIZE") ? r.num("LOCAL_WORLD_SIZE", 1) : e.world;
+  e.rank = r.place("RANK");
+  e.world = r.count("WORLD_SIZE");
+  e.local_rank = r.place("LOCAL_RANK");
+  e.local_world = r.opt("LOCAL_WORLD_SIZE") ? r.count("LOCAL_WORLD_SIZE") : e.world;
   check_place(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   e.nodes = (e.world + e.local_world - 1) / e.local_world;
   read_master(r, e);
@@ -89,11 +91,7 @@ void read_torch_names(const Reader& r, LauncherEnv& e) {
 
 // MASTER_PORT, or one derived from the launcher's job id; a one-line error without either.
 int port_or_derived(const Reader& r, const std::optional<std::string>& id, const std::string& var) {
-  if (r.opt("MASTER_PORT")) {
-    int p = r.num("MASTER_PORT", 1);
-    FANOUT_CHECK(p < 65536, "bad MASTER_PORT='", p, "' (not a port number)");
-    return p;
-  }
+  if (r.opt("MASTER_PORT")) return r.num("MASTER_PORT", 1, 65535);
   FANOUT_CHECK(id.has_value(), "a multi-process run under ", r.who,
                " needs MASTER_PORT (the launcher gives no job id to derive one from); set it to "
                "the same free port on every rank");
@@ -103,14 +101,15 @@ int port_or_derived(const Reader& r, const std::optional<std::string>& id, const
 LauncherEnv read_slurm(const Reader& r) {
   LauncherEnv e;
   e.launcher = "slurm";
-  e.rank = r.num("SLURM_PROCID");
-  e.world = r.opt("SLURM_NTASKS") ? r.num("SLURM_NTASKS", 1) : r.num("SLURM_NPROCS", 1);
-  e.local_rank = r.num("SLURM_LOCALID");
-  int node = r.num("SLURM_NODEID");
+  e.rank = r.place("SLURM_PROCID");
+  e.world_var = r.opt("SLURM_NTASKS") ? "SLURM_NTASKS" : "SLURM_NPROCS";
+  e.world = r.count(e.world_var);
+  e.local_rank = r.place("SLURM_LOCALID");
+  int node = r.place("SLURM_NODEID");
   // This node's task count: one number for every node, or the step's (else the job's) list.
   std::string var = "SLURM_NTASKS_PER_NODE";
   if (r.opt(var)) {
-    e.local_world = r.num(var, 1);
+    e.local_world = r.count(var);
   } else {
     var = r.opt("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
     std::vector<int> tasks = slurm_tasks_per_node(r.str(var), var);
@@ -122,7 +121,7 @@ LauncherEnv read_slurm(const Reader& r) {
   check_place(e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", var.c_str());
   for (const char* n : {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}) {
     if (r.opt(n)) {
-      e.nodes = r.num(n, 1);
+      e.nodes = r.count(n);
       break;
     }
   }
@@ -131,7 +130,7 @@ LauncherEnv read_slurm(const Reader& r) {
   FANOUT_CHECK(node < e.nodes, "SLURM_NODEID=", node, " is not below the job's ", e.nodes,
                " nodes");
   std::string job = r.str("SLURM_JOB_ID");
-  Reader::parse("SLURM_JOB_ID", job);
+  parse_whole_number(job, 0, UINT32_MAX, "environment variable SLURM_JOB_ID");  // a uint32
   auto step = r.opt("SLURM_STEP_ID");
   e.job_id = step ? job + "." + *step : job;
   // Rank 0 runs on the step's first node (srun's block distribution).
@@ -167,10 +166,11 @@ LauncherEnv read_mpi(const Reader& r, bool open_mpi) {
     local = "MPI_LOCALRANKID", local_size = "MPI_LOCALNRANKS";
     id_var = r.opt("PMI_JOBID") ? "PMI_JOBID" : "PMIX_NAMESPACE";
   }
-  e.rank = r.num(rank);
-  e.world = r.num(size, 1);
-  e.local_rank = r.num(local);
-  e.local_world = r.num(local_size, 1);
+  e.rank = r.place(rank);
+  e.world = r.count(size);
+  e.world_var = size;
+  e.local_rank = r.place(local);
+  e.local_world = r.count(local_size);
   check_place(e, rank, size, local, local_size);
   e.nodes = (e.world + e.local_world - 1) / e.local_world;
   id = r.opt(id_var);
@@ -215,8 +215,9 @@ LauncherEnv launcher_env_read(const EnvLookup& get) {
     Reader r{get, "torchrun"};
     read_torch_names(r, e);
     e.launcher = "torchrun";
-    int restart = r.opt("TORCHELASTIC_RESTART_COUNT") ? r.num("TORCHELASTIC_RESTART_COUNT") : 0;
-    if (r.opt("GROUP_WORLD_SIZE")) e.nodes = r.num("GROUP_WORLD_SIZE", 1);
+    int restart =
+        r.opt("TORCHELASTIC_RESTART_COUNT") ? r.num("TORCHELASTIC_RESTART_COUNT", 0, 1 << 30) : 0;
+    if (r.opt("GROUP_WORLD_SIZE")) e.nodes = r.count("GROUP_WORLD_SIZE");
     e.job_id = *run + "." + std::to_string(restart);
     auto agent = r.opt("TORCHELASTIC_USE_AGENT_STORE");
     e.torch_agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
@@ -305,15 +306,17 @@ std::vector<std::string> slurm_hostlist_expand(const std::string& list, const st
         size_t dash = range.find('-');
         std::string lo = range.substr(0, dash);
         std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
+        // Digits only, at most 9 of them: "01" is one, padded to two.
         auto digits = [](const std::string& s) {
-          return !s.empty() && s.size() <= 9 && s.find_first_not_of("0123456789") == s.npos;
+          return s.size() <= 9 && number_problem(s, true, true, 0, 0, 0, 0, 999999999).empty();
         };
         if (!digits(lo) || !digits(hi)) bad("'" + range + "' is not a number or a range a-b");
-        long a = std::stol(lo), b = std::stol(hi);
+        int64_t a = parse_whole_number(lo, 0, 999999999, what);
+        int64_t b = parse_whole_number(hi, 0, 999999999, what);
         if (b < a) bad("the range '" + range + "' runs backwards");
         if (static_cast<size_t>(b - a + 1) * names.size() + out.size() > kMaxHosts)
           bad("more than 100000 hosts");
-        for (long k = a; k <= b; ++k) {
+        for (int64_t k = a; k <= b; ++k) {
           std::string num = std::to_string(k);
           if (num.size() < lo.size()) num.insert(0, lo.size() - num.size(), '0');  // "01-04"
           parts.push_back(num);
@@ -348,14 +351,15 @@ std::vector<int> slurm_tasks_per_node(const std::string& value, const std::strin
       times = entry.substr(paren + 2, entry.size() - paren - 3);
     }
     auto whole = [](const std::string& s) {
-      return !s.empty() && s.size() <= 6 && s.find_first_not_of("0123456789") == s.npos;
+      return number_problem(s, true, true, 0, 0, 0, 0, 999999).empty();
     };
     ok = ok && whole(count) && whole(times);
     FANOUT_CHECK(ok, "bad ", what, "='", value, "' (expected counts like 2(x3),1)");
-    int n = std::stoi(count), k = std::stoi(times);
+    const int64_t n = parse_whole_number(count, 0, 999999, what);
+    const int64_t k = parse_whole_number(times, 0, 999999, what);
     FANOUT_CHECK(n >= 1 && k >= 1 && out.size() + k <= 100000, "bad ", what, "='", value,
                  "' (counts and repeats must be at least 1, at most 100000 nodes)");
-    out.insert(out.end(), k, n);
+    out.insert(out.end(), static_cast<size_t>(k), static_cast<int>(n));
     at = comma + 1;
   }
   return out;

@@ -17,11 +17,19 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 // The process environment.
 std::optional<std::string> env_lookup_process(const std::string& name);
 
+// The most ranks one job may have: rank 0's rendezvous keeps a TCP connection
+// to every rank and serves them all from one thread, and a Gloo mesh tops out
+// far below (parallel::kMaxGlooWorld). 16384 is as many GPUs as the largest
+// published data-parallel Llama run (Llama 3 405B); a WORLD_SIZE past it is a
+// mistake, refused before anything connects.
+constexpr int kMaxWorldSize = 16384;
+
 struct LauncherEnv {
   std::string
       launcher;        // "fanout launch", "torchrun", "RANK/WORLD_SIZE", "slurm", "open mpi", "pmi"
   std::string job_id;  // the launcher's id of the job ("1234.0"), "" when it gives none
   int rank = 0, world = 1, local_rank = 0, local_world = 1, nodes = 1;
+  std::string world_var = "WORLD_SIZE";  // where `world` came from ("SLURM_NTASKS", ...)
   std::string master_addr;
   int master_port = 0;
   // The rendezvous' secret and the job description every hello carries
@@ -36,8 +44,10 @@ struct LauncherEnv {
 
 // Recognises the launcher, in this order: fanout launch (FANOUT_LAUNCHER),
 // torchrun (TORCHELASTIC_RUN_ID), RANK/WORLD_SIZE, Open MPI, PMI, Slurm (Note
-// [Launcher precedence]). Throws fanout::Error naming a missing, malformed or
-// inconsistent variable, or listing what it looked for when nothing is there.
+// [Launcher precedence]). Every number is read by fanout's number rules
+// (engine/core/number_text.h). Throws fanout::Error naming a missing, malformed
+// or inconsistent variable, a world past kMaxWorldSize, or listing what it
+// looked for when nothing is there.
 LauncherEnv launcher_env_read(const EnvLookup& get);
 
 // Whether any launcher's selecting variable is set (FANOUT_LAUNCHER,

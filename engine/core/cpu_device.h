@@ -11,7 +11,13 @@
 
 namespace fanout {
 
-// FANOUT_CPU_THREADS (a positive integer), else 1. Read once.
+// FANOUT_CPU_THREADS's ceiling: more threads than any machine has cores only
+// oversubscribes it.
+constexpr int kMaxCpuThreads = 1024;
+
+// FANOUT_CPU_THREADS (a whole number in 1..kMaxCpuThreads by fanout's number
+// rules), else 1. Read once. Throws fanout::Error naming the variable and its
+// text when it is malformed.
 int cpu_threads_per_device();
 
 }  // namespace fanout

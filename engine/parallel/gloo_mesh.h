@@ -40,12 +40,13 @@ struct GlooMesh {
 };
 
 // Connects this rank to every other through `store` (keys under its prefix, if
-// any); every operation is bounded by `timeout`. Gloo writes to a dead peer's
+// any), once every rank has said hello to the rendezvous; every operation is
+// bounded by `timeout`. Gloo writes to a dead peer's
 // socket without MSG_NOSIGNAL, so SIGPIPE is set to be ignored first (as Python
 // does for torch), when nobody has installed a handler: a peer's death must be an
 // error the survivors report, not a signal that kills them silently. Throws what
 // gloo throws.
-GlooMesh gloo_connect_mesh(const Rendezvous& r, gloo::rendezvous::Store& store,
+GlooMesh gloo_connect_mesh(Rendezvous& r, gloo::rendezvous::Store& store,
                            std::chrono::milliseconds timeout);
 
 }  // namespace fanout::parallel

@@ -8,6 +8,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -23,6 +24,24 @@ using Clock = std::chrono::steady_clock;
 
 // What a client accepts from the master: replies with no key and a bounded value.
 constexpr wire::Limits kReplyLimits{"RE", 0, wire::kMaxValue};
+// Rank 0 sets it once every rank has said hello (wait_for_all).
+constexpr const char* kEveryRankKey = "fanout/every-rank-said-hello";
+
+// "rank 3", "ranks 1-99999", "ranks 1, 3, 5-9": runs of consecutive ranks as
+// ranges, the first eight runs named, so that one line holds any list.
+std::string ranks_text(const std::vector<int>& rs) {
+  std::string list;
+  size_t i = 0;
+  for (int runs = 0; i < rs.size() && runs < 8; ++runs) {
+    size_t j = i;
+    while (j + 1 < rs.size() && rs[j + 1] == rs[j] + 1) ++j;
+    list += (list.empty() ? "" : ", ") + std::to_string(rs[i]) +
+            (j > i ? "-" + std::to_string(rs[j]) : "");
+    i = j + 1;
+  }
+  if (i < rs.size()) list += " and " + std::to_string(rs.size() - i) + " more";
+  return (rs.size() == 1 ? "rank " : "ranks ") + list;
+}
 
 bool write_all(int fd, const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
@@ -94,7 +113,8 @@ std::unique_ptr<RendezvousServer> Rendezvous::serve(const RendezvousOptions& o) 
 void Rendezvous::connect_and_hello(const std::string& addr, int port, const std::string& secret,
                                    const std::string& job) {
   sockaddr_in sa = wire::resolve_master(addr, port);
-  std::string where = addr + ":" + std::to_string(port);
+  master_ = addr + ":" + std::to_string(port);
+  const std::string& where = master_;
   double seconds = timeout_.count() / 1000.0;
   auto deadline = Clock::now() + timeout_;
   while (true) {
@@ -232,17 +252,53 @@ std::string Rendezvous::describe_failure() {
     dead = dead_ranks();
   }
   if (dead == std::vector<int>{0} && rank_ != 0) return "the master (rank 0) died";
-  auto ranks = [](const std::vector<int>& rs) {
-    std::string list;
-    for (int r : rs) list += (list.empty() ? "" : ", ") + std::to_string(r);
-    return (rs.size() == 1 ? "rank " : "ranks ") + list;
-  };
-  if (!dead.empty()) return ranks(dead) + " died";
+  if (!dead.empty()) return ranks_text(dead) + " died";
   // A rank that never started (or cannot reach the master) leaves the others
   // waiting for its keys: name it rather than blame nobody.
   std::vector<int> absent = absent_ranks();
-  if (!absent.empty()) return ranks(absent) + " never connected";
+  if (!absent.empty()) return ranks_text(absent) + " never connected";
   return "no rank has died";
+}
+
+void Rendezvous::wait_for_all(std::chrono::milliseconds within) {
+  const auto deadline = Clock::now() + std::max(within, std::chrono::milliseconds(0));
+  auto never_came = [&](const std::vector<int>& absent) {
+    return detail::str_cat("rank ", rank_, ": ", ranks_text(absent), " of ", world_,
+                           " never connected to the master at ", master_, " within ",
+                           timeout_.count() / 1000.0,
+                           " s; start every rank of the job (or correct its world size)");
+  };
+  if (rank_ == 0) {
+    // The master's own rank asks its server, then tells the others.
+    while (true) {
+      std::optional<std::vector<int>> absent = rank_list(wire::kAbsent);
+      FANOUT_CHECK(absent.has_value(), "rank 0: its rendezvous server at ", master_,
+                   " stopped answering");
+      if (absent->empty()) return set(kEveryRankKey, {});
+      if (Clock::now() >= deadline) detail::throw_error(never_came(*absent));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  Read r = Read::kBad;
+  wire::Frame f;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    send_request(wire::kGet, kEveryRankKey, {});
+    r = read_frame(fd_, f, deadline, why);
+  }
+  if (r == Read::kOk && f.type == wire::kReply && f.key.empty()) return;
+  FANOUT_CHECK(r != Read::kClosed, "rank ", rank_, ": the master (rank 0) at ", master_,
+               " closed the connection before every rank had connected (rank 0 says why)");
+  if (r == Read::kTimeout) {
+    std::vector<int> absent = absent_ranks();
+    FANOUT_CHECK(!absent.empty(), "rank ", rank_, ": the master at ", master_,
+                 " did not see every rank connect within ", timeout_.count() / 1000.0, " s");
+    detail::throw_error(never_came(absent));
+  }
+  detail::throw_error(detail::str_cat("rank ", rank_, ": the master sent a malformed reply (",
+                                      why.empty() ? std::string("an unexpected message") : why,
+                                      ")"));
 }
 
 }  // namespace fanout::parallel

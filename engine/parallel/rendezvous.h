@@ -21,6 +21,12 @@ namespace fanout::parallel {
 
 class RendezvousServer;
 
+// The most ranks a Gloo full mesh (--devices cpu) can join through the
+// rendezvous: every rank publishes the address of its pair with each other rank
+// (136 bytes apiece) in rank 0's store, whose 256 MiB hold W (W - 1) of them for
+// W up to 1405. 1024 keeps a margin (gloo_mesh.cpp checks the sum).
+constexpr int kMaxGlooWorld = 1024;
+
 struct RendezvousOptions {
   std::string addr;  // the master's address (MASTER_ADDR)
   int port = 0;      // its port (MASTER_PORT); 0 only for serve(): a free port
@@ -72,6 +78,11 @@ class Rendezvous {
   // "rank 2 died", "the master (rank 0) died", "rank 1 never connected" or
   // "no rank has died".
   std::string describe_failure();
+  // Blocks until every rank of the world has said hello to the master, within
+  // `within`; else throws fanout::Error naming the ranks that never did. Start-up
+  // meets here before building anything per peer: a Gloo or NCCL mesh half
+  // built for absent ranks takes long to tear down (Gloo: about 10 ms a pair).
+  void wait_for_all(std::chrono::milliseconds within);
 
  private:
   void connect_and_hello(const std::string& addr, int port, const std::string& secret,
@@ -87,6 +98,7 @@ class Rendezvous {
 
   int rank_, world_;
   std::chrono::milliseconds timeout_;
+  std::string master_;  // "addr:port", for messages
   std::string local_address_;
   std::unique_ptr<RendezvousServer> server_;
   int fd_ = -1;

@@ -42,7 +42,6 @@ constexpr Limits kAfterBye{"", 0, 0};
 constexpr size_t kMaxUnregistered = 64;
 constexpr auto kHelloWithin = std::chrono::seconds(10);
 constexpr size_t kMaxWaiting = 64;  // pending gets of one rank (a real rank has at most one)
-constexpr size_t kMaxStoreBytes = size_t{256} << 20;
 constexpr size_t kMaxUnsent = 2 * wire::kMaxValue + 4096;  // replies a rank has not read
 constexpr int kMaxWarnings = 20;
 constexpr size_t kReadChunk = 64 * 1024;
@@ -259,7 +258,7 @@ void RendezvousServer::set(Conn& c, wire::Frame& f) {
   auto old = store_.find(f.key);
   size_t old_bytes = old == store_.end() ? 0 : old->first.size() + old->second.size();
   size_t new_bytes = f.key.size() + f.value.size();  // each bounded by the reader: no wrap
-  if (store_bytes_ - old_bytes + new_bytes > kMaxStoreBytes)
+  if (store_bytes_ - old_bytes + new_bytes > wire::kMaxStoreBytes)
     return drop(c, "the store would exceed 256 MiB");
   store_bytes_ = store_bytes_ - old_bytes + new_bytes;
   owner_[f.key] = c.rank;

@@ -28,6 +28,8 @@ constexpr char kReply = 'R', kRefused = 'E';
 // Gloo's addresses (about 100 bytes per peer) and NCCL's 128-byte id are far below these.
 constexpr size_t kMaxKey = 4096;
 constexpr size_t kMaxValue = size_t{64} << 20;
+// All keys and values the master's store holds together.
+constexpr size_t kMaxStoreBytes = size_t{256} << 20;
 // A hello's key is a decimal int and its value three short lines; a refusal is
 // one short sentence.
 constexpr size_t kMaxHelloField = 32;

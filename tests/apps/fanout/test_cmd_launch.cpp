@@ -254,7 +254,7 @@ TEST_CASE("ddp without the launcher environment names the missing variable") {
   }
   FanoutProcess bad(args, concat(all, {"RANK=one"}), run.dir.path, "bad");
   REQUIRE(bad.wait(30));
-  check_fails(bad.rc(), bad.err(), "RANK='one'");
+  check_fails(bad.rc(), bad.err(), "RANK: 'one'");
   CHECK_FALSE(fs::exists(run.dir / "out"));
 }
 

@@ -276,6 +276,27 @@ TEST_CASE("launch never restarts after Ctrl-C or SIGTERM, even with restarts lef
   }
 }
 
+TEST_CASE("launch never restarts a usage error, and says so in one line") {
+  // Every restart would refuse the same command line: exit code 2.
+  TinyRun run;
+  const std::string out = run.dir / "out", marker = marker_env();
+  FanoutProcess launch(concat({"launch", "--nproc-per-node", "2", "--max-restarts", "3", "--"},
+                              concat(restart_train(run, out), {"--lr", "abc"})),
+                       {marker}, run.dir.path, "launch");
+  REQUIRE(launch.wait(60));
+  std::string err = launch.err();
+  INFO("stderr: " << err);
+  CHECK(launch.rc() == 2);
+  const std::vector<std::string> said = lines_with(err, "fanout launch: ");
+  REQUIRE(said.size() == 1);
+  CHECK(has(said[0],
+            "exited with code 2; stopping the other ranks (not restarting: exit code 2 is "
+            "a usage error, which every restart would repeat)"));
+  CHECK(lines_with(err, "--lr: 'abc' is not a number").size() <= 2);  // one attempt's ranks
+  CHECK_FALSE(fs::exists(out));
+  check_no_process_left(marker);
+}
+
 // --- refusals -----------------------------------------------------------------------
 
 TEST_CASE("launch refuses restarts it cannot honour before starting any rank") {

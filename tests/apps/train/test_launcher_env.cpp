@@ -282,17 +282,21 @@ TEST_CASE("a missing, malformed or inconsistent variable is one error that names
   pmi_no_addr.erase("MASTER_ADDR");
   for (const Case& c : std::vector<Case>{
            {no_rank, "needs the environment variable RANK"},
-           {with(kTorch, {{"RANK", "one"}}), "bad RANK='one'"},
-           {with(kTorch, {{"RANK", "-1"}}), "bad RANK='-1'"},
+           {with(kTorch, {{"RANK", "one"}}),
+            "environment variable RANK: 'one' is not a whole number"},
+           {with(kTorch, {{"RANK", "-1"}}), "environment variable RANK: '-1' is out of range"},
            {with(kTorch, {{"RANK", "4"}}), "RANK=4 is not below WORLD_SIZE=4"},
            {with(kTorch, {{"LOCAL_RANK", "2"}}), "LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2"},
            {with(kTorch, {{"LOCAL_WORLD_SIZE", "8"}}), "LOCAL_WORLD_SIZE=8 is above WORLD_SIZE=4"},
-           {with(kTorch, {{"WORLD_SIZE", "0"}}), "bad WORLD_SIZE='0'"},
-           {with(kTorch, {{"MASTER_PORT", "70000"}}), "bad MASTER_PORT='70000'"},
-           {with(kTorch, {{"MASTER_PORT", "0"}}), "bad MASTER_PORT='0'"},
+           {with(kTorch, {{"WORLD_SIZE", "0"}}),
+            "environment variable WORLD_SIZE: '0' is out of range"},
+           {with(kTorch, {{"MASTER_PORT", "70000"}}),
+            "environment variable MASTER_PORT: '70000' is out of range (expected 1..65535)"},
+           {with(kTorch, {{"MASTER_PORT", "0"}}),
+            "environment variable MASTER_PORT: '0' is out of range"},
            {with(kTorch, {{"FANOUT_LAUNCHER", "mpirun"}}), "bad FANOUT_LAUNCHER='mpirun'"},
            {with(kTorch, {{"TORCHELASTIC_RUN_ID", "x"}, {"TORCHELASTIC_RESTART_COUNT", "z"}}),
-            "bad TORCHELASTIC_RESTART_COUNT='z'"},
+            "environment variable TORCHELASTIC_RESTART_COUNT: 'z'"},
            {with(kSlurm, {{"SLURM_PROCID", "7"}}), "SLURM_PROCID=7 is not below SLURM_NTASKS=7"},
            {with(kSlurm, {{"SLURM_LOCALID", "2"}}),
             "SLURM_LOCALID=2 is not below SLURM_TASKS_PER_NODE=2"},
@@ -301,13 +305,14 @@ TEST_CASE("a missing, malformed or inconsistent variable is one error that names
             "SLURM_TASKS_PER_NODE='2(x3),1' (4 nodes)"},
            {with(kSlurm, {{"SLURM_TASKS_PER_NODE", "2(x3"}}), "bad SLURM_TASKS_PER_NODE='2(x3'"},
            {with(kSlurm, {{"SLURM_JOB_NODELIST", "node[1-"}}), "bad SLURM_JOB_NODELIST='node[1-'"},
-           {with(kSlurm, {{"SLURM_JOB_ID", "12x"}}), "bad SLURM_JOB_ID='12x'"},
+           {with(kSlurm, {{"SLURM_JOB_ID", "12x"}}), "environment variable SLURM_JOB_ID: '12x'"},
            {slurm_no_list, "needs MASTER_ADDR or SLURM_JOB_NODELIST"},
            {slurm_no_tasks, "needs the environment variable SLURM_TASKS_PER_NODE"},
            {with(kOmpi, {{"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}}),
             "under Open MPI on 2 nodes needs MASTER_ADDR"},
            {ompi_no_id, "under Open MPI needs MASTER_PORT"},
-           {with(kOmpi, {{"OMPI_COMM_WORLD_SIZE", "x"}}), "bad OMPI_COMM_WORLD_SIZE='x'"},
+           {with(kOmpi, {{"OMPI_COMM_WORLD_SIZE", "x"}}),
+            "environment variable OMPI_COMM_WORLD_SIZE: 'x'"},
            {pmi_no_port, "under MPICH/PMI needs MASTER_PORT"},
            {pmi_no_addr, "under MPICH/PMI on 2 nodes needs MASTER_ADDR"},
            {with(kPmi, {{"MPI_LOCALNRANKS", "8"}}), "MPI_LOCALNRANKS=8 is above PMI_SIZE=4"},
@@ -318,4 +323,75 @@ TEST_CASE("a missing, malformed or inconsistent variable is one error that names
     CHECK(msg.find('\n') == std::string::npos);
     if (msg.find(c.phrase) == std::string::npos) MESSAGE("got: ", msg);
   }
+}
+
+TEST_CASE("every launcher's numbers go by fanout's number rules") {
+  // Each variable that holds a number, in the environment of its launcher.
+  const std::vector<std::pair<Env, std::string>> vars = {
+      {kTorch, "RANK"},
+      {kTorch, "WORLD_SIZE"},
+      {kTorch, "LOCAL_RANK"},
+      {kTorch, "LOCAL_WORLD_SIZE"},
+      {kTorch, "MASTER_PORT"},
+      {with(kTorch, {{"TORCHELASTIC_RUN_ID", "r"}, {"TORCHELASTIC_RESTART_COUNT", "0"}}),
+       "TORCHELASTIC_RESTART_COUNT"},
+      {with(kTorch, {{"TORCHELASTIC_RUN_ID", "r"}, {"GROUP_WORLD_SIZE", "2"}}), "GROUP_WORLD_SIZE"},
+      {kSlurm, "SLURM_PROCID"},
+      {kSlurm, "SLURM_NTASKS"},
+      {kSlurm, "SLURM_LOCALID"},
+      {kSlurm, "SLURM_NODEID"},
+      {kSlurm, "SLURM_JOB_ID"},
+      {with(kSlurm, {{"SLURM_NNODES", "4"}}), "SLURM_NNODES"},
+      {with(kSlurm, {{"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_NTASKS", "8"}}),
+       "SLURM_NTASKS_PER_NODE"},
+      {kOmpi, "OMPI_COMM_WORLD_RANK"},
+      {kOmpi, "OMPI_COMM_WORLD_SIZE"},
+      {kOmpi, "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {kOmpi, "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {kPmi, "PMI_RANK"},
+      {kPmi, "PMI_SIZE"},
+      {kPmi, "MPI_LOCALRANKID"},
+      {kPmi, "MPI_LOCALNRANKS"},
+  };
+  for (const auto& [env, name] : vars) {
+    CAPTURE(name);
+    REQUIRE(error_of(env).empty());
+    const std::string value = env.at(name);
+    // Spaces around it, a sign, another base, a fraction or an exponent: never a number here.
+    for (const std::string& bad :
+         {" " + value, value + " ", "+" + value, "0x" + value, value + ".0", value + "e0"}) {
+      CAPTURE(bad);
+      std::string msg = error_of(with(env, {{name, bad}}));
+      CHECK(msg.rfind("environment variable " + name + ": '" + bad + "' is not a whole number",
+                      0) == 0);
+      CHECK(msg.find('\n') == std::string::npos);
+    }
+    // Leading zeros are decimal, never octal.
+    CHECK(error_of(with(env, {{name, "00" + value}})).empty());
+  }
+  CHECK(read(with(kTorch, {{"RANK", "010"}, {"WORLD_SIZE", "011"}})).rank == 10);
+}
+
+TEST_CASE("a world past what one job holds is refused naming its variable and the limit") {
+  const std::string over = std::to_string(kMaxWorldSize + 1);
+  for (const auto& [env, name] : std::vector<std::pair<Env, std::string>>{
+           {with(kTorch, {{"WORLD_SIZE", over}}), "WORLD_SIZE"},
+           {with(kSlurm, {{"SLURM_NTASKS", over}}), "SLURM_NTASKS"},
+           {with(kOmpi, {{"OMPI_COMM_WORLD_SIZE", over}}), "OMPI_COMM_WORLD_SIZE"},
+           {with(kPmi, {{"PMI_SIZE", "100000"}}), "PMI_SIZE"},
+       }) {
+    CAPTURE(name);
+    const std::string msg = error_of(env);
+    CHECK(msg.rfind(name + "=" + env.at(name) +
+                        " is more ranks than one fanout job holds (at most " +
+                        std::to_string(kMaxWorldSize),
+                    0) == 0);
+  }
+  // The limit itself is a world, and each reader says which variable gave it.
+  LauncherEnv e = read(with(kTorch, {{"WORLD_SIZE", std::to_string(kMaxWorldSize)}}));
+  CHECK(e.world == kMaxWorldSize);
+  CHECK(e.world_var == "WORLD_SIZE");
+  CHECK(read(kSlurm).world_var == "SLURM_NTASKS");
+  CHECK(read(kOmpi).world_var == "OMPI_COMM_WORLD_SIZE");
+  CHECK(read(kPmi).world_var == "PMI_SIZE");
 }
