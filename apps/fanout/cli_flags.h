@@ -3,7 +3,8 @@
 // whole number (integers) or a finite number (reals) inside [lo, hi]. CLI11 alone
 // takes an empty string for the default and wraps "-1" into an unsigned, so
 // `--seed -1` or `--seq-len ''` would be accepted silently; here they are usage
-// errors naming the flag and the accepted range.
+// errors naming the flag and the accepted range. Text flags take not_empty, so an
+// empty value is refused rather than read as "not given".
 
 #include <cstdint>
 #include <string>
@@ -40,6 +41,16 @@ template <typename T>
 CLI::Option* add_number(CLI::App* cmd, const std::string& flag, T& member, const std::string& help,
                         T lo, T hi) {
   return cmd->add_option(flag, member, help)->capture_default_str()->transform(number_in(lo, hi));
+}
+
+// `--labels ""`: a usage error, not the default quietly.
+inline CLI::Validator not_empty() {
+  return CLI::Validator(
+      [](std::string& text) {
+        const char* why = "an empty value is not allowed: give one or leave the flag out";
+        return text.empty() ? std::string(why) : std::string();
+      },
+      "");
 }
 
 }  // namespace fanout::app

@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/presentation/run_curves.h"
+#include "apps/train/run_dir.h"
 #include "engine/core/check.h"
 #include "engine/core/file_io.h"
 
@@ -37,8 +39,23 @@ std::vector<std::string> split_labels(const std::string& text, size_t runs) {
   return labels;
 }
 
+// Note [Replacing an existing output]: never a run's own files, and over an
+// existing file only when it is an SVG fanout wrote (plot's, or train's curves.svg).
+OutputRules plot_output_rules(const std::vector<std::string>& runs) {
+  OutputRules rules;
+  for (const std::string& run : runs) {
+    for (std::string& f : train::run_dir_inputs(run)) rules.inputs.push_back(std::move(f));
+  }
+  rules.kind = "an SVG written by fanout";
+  rules.same_kind = [](const std::string& path) {
+    return file_starts_with(path, std::string(kWrittenByFanout) + "<svg");
+  };
+  return rules;
+}
+
 int run_plot(const PlotArgs& a) {
-  file_check_output(a.out, "--out");
+  const OutputRules rules = plot_output_rules(a.runs);
+  file_check_output(a.out, "--out", rules);
   const std::vector<presentation::CurveMetric> which = presentation::curve_metrics_parse(a.metric);
   const std::vector<std::string> labels = split_labels(a.labels, a.runs.size());
   std::vector<presentation::LabeledRun> runs;
@@ -51,7 +68,10 @@ int run_plot(const PlotArgs& a) {
   const std::string title = a.title.empty() ? "fanout runs: " + names : a.title;
   std::string subtitle;
   if (runs.size() == 1) subtitle = presentation::run_curves_summary(runs[0].metrics);
-  file_write_atomic(a.out, presentation::run_curves_svg(title, subtitle, runs, which), "--out");
+  file_write_atomic(
+      a.out,
+      std::string(kWrittenByFanout) + presentation::run_curves_svg(title, subtitle, runs, which),
+      "--out", rules);
   std::printf("plot of %zu run%s written to %s\n", runs.size(), runs.size() == 1 ? "" : "s",
               a.out.c_str());
   return 0;
@@ -64,12 +84,19 @@ Command add_plot_command(CLI::App& app) {
   cmd->add_option("runs", a->runs, "Run directories (each with a metrics.jsonl)")
       ->required()
       ->type_name("RUN...");
-  cmd->add_option("--out", a->out, "The SVG file to write")->required()->type_name("FILE.svg");
+  cmd->add_option("--out", a->out,
+                  "The SVG file to write: a new file, or an SVG fanout wrote before (any other "
+                  "file, and the runs' own files, are never replaced)")
+      ->required()
+      ->type_name("FILE.svg")
+      ->check(not_empty());
   cmd->add_option("--metric", a->metric, "loss, val_loss, lr, tokens_per_s, memory or all")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(not_empty());
   cmd->add_option("--labels", a->labels,
-                  "Legend names, one per run: a,b,c (default: directory names)");
-  cmd->add_option("--title", a->title, "The picture's title");
+                  "Legend names, one per run: a,b,c (default: directory names)")
+      ->check(not_empty());
+  cmd->add_option("--title", a->title, "The picture's title")->check(not_empty());
   return [cmd, a]() -> int { return cmd->parsed() ? run_plot(*a) : -1; };
 }
 

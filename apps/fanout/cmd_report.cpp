@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/presentation/report_html.h"
+#include "apps/train/run_dir.h"
 #include "engine/core/check.h"
 #include "engine/core/file_io.h"
 
@@ -20,8 +22,25 @@ struct ReportArgs {
   std::string out, labels;
 };
 
+// Note [Replacing an existing output]: never a file the page is drawn from (a run's
+// metrics, traces, bench files and checkpoints, --bench), and over an existing file
+// only when it is a page fanout wrote.
+OutputRules report_output_rules(const presentation::ReportOptions& o) {
+  OutputRules rules;
+  for (const std::string& run : o.runs) {
+    for (std::string& f : train::run_dir_inputs(run)) rules.inputs.push_back(std::move(f));
+  }
+  rules.inputs.insert(rules.inputs.end(), o.bench_files.begin(), o.bench_files.end());
+  rules.kind = "an HTML page written by fanout";
+  rules.same_kind = [](const std::string& path) {
+    return file_starts_with(path, std::string(kWrittenByFanout) + "<!DOCTYPE html>");
+  };
+  return rules;
+}
+
 int run_report(ReportArgs a) {
-  file_check_output(a.out, "--out");
+  const OutputRules rules = report_output_rules(a.options);
+  file_check_output(a.out, "--out", rules);
   if (!a.labels.empty()) {
     size_t at = 0;
     while (true) {
@@ -33,7 +52,9 @@ int run_report(ReportArgs a) {
       at = comma + 1;
     }
   }
-  file_write_atomic(a.out, presentation::report_html(a.options), "--out");
+  // The mark goes before the doctype: HTML allows a comment there (no quirks mode).
+  file_write_atomic(a.out, std::string(kWrittenByFanout) + presentation::report_html(a.options),
+                    "--out", rules);
   std::printf("report of %zu run%s written to %s\n", a.options.runs.size(),
               a.options.runs.size() == 1 ? "" : "s", a.out.c_str());
   return 0;
@@ -46,12 +67,21 @@ Command add_report_command(CLI::App& app) {
   cmd->add_option("runs", a->options.runs, "Run directories (each with a metrics.jsonl)")
       ->required()
       ->type_name("RUN...");
-  cmd->add_option("--out", a->out, "The HTML file to write")->required()->type_name("FILE.html");
+  cmd->add_option("--out", a->out,
+                  "The HTML file to write: a new file, or a page fanout wrote before (any other "
+                  "file, and the runs' own files, are never replaced)")
+      ->required()
+      ->type_name("FILE.html")
+      ->check(not_empty());
   cmd->add_option("--bench", a->options.bench_files,
                   "`fanout bench --json` output to show (repeat for several)")
-      ->type_name("FILE.json");
-  cmd->add_option("--labels", a->labels, "Names, one per run: a,b,c (default: directory names)");
-  cmd->add_option("--title", a->options.title, "The page's title")->capture_default_str();
+      ->type_name("FILE.json")
+      ->check(not_empty());
+  cmd->add_option("--labels", a->labels, "Names, one per run: a,b,c (default: directory names)")
+      ->check(not_empty());
+  cmd->add_option("--title", a->options.title, "The page's title")
+      ->capture_default_str()
+      ->check(not_empty());
   return [cmd, a]() -> int { return cmd->parsed() ? run_report(*a) : -1; };
 }
 

@@ -11,7 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/data/output_kinds.h"
 #include "apps/data/text_tokenizer.h"
+#include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "engine/core/file_io.h"
 
@@ -27,10 +29,14 @@ struct EncodeFlags {
 };
 
 int run_encode(const EncodeFlags& flags) {
-  auto tokenizer =
-      flags.tokenizer == "byte" ? data::byte_tokenizer() : data::tokenizer_load(flags.tokenizer);
-  if (!flags.write_tokenizer.empty()) {
-    file_write_atomic(flags.write_tokenizer, tokenizer->to_json(), "--write-tokenizer");
+  // Never over --data or the tokenizer read, nor over a file that is no tokenizer.json.
+  const OutputRules rules =
+      data::tokenizer_json_output({flags.data, flags.tokenizer == "byte" ? "" : flags.tokenizer});
+  const bool write = !flags.write_tokenizer.empty();
+  if (write) file_check_output(flags.write_tokenizer, "--write-tokenizer", rules);
+  auto tokenizer = data::tokenizer_resolve(flags.tokenizer);
+  if (write) {
+    file_write_atomic(flags.write_tokenizer, tokenizer->to_json(), "--write-tokenizer", rules);
   }
   const std::string text = file_read_regular(flags.data);
   const auto t0 = std::chrono::steady_clock::now();
@@ -64,12 +70,13 @@ int run_encode(const EncodeFlags& flags) {
 Command add_tokenizer_encode_command(CLI::App& tokenizer) {
   auto* cmd = tokenizer.add_subcommand("encode", "Print a text file's token ids");
   auto flags = std::make_shared<EncodeFlags>();
-  cmd->add_option("--tokenizer", flags->tokenizer, "A tokenizer.json (HF's format), or byte")
-      ->required();
+  cmd->add_option("--tokenizer", flags->tokenizer, data::kTokenizerNamesHelp)->required();
   cmd->add_option("--data", flags->data, "The text file to encode")->required();
   cmd->add_flag("--json", flags->json, "Print {\"ids\": [...], \"decoded\": \"...\"}");
   cmd->add_option("--write-tokenizer", flags->write_tokenizer,
-                  "Also write the tokenizer as fanout writes tokenizer.json");
+                  "Also write the tokenizer as fanout writes tokenizer.json: to a new file or "
+                  "over a tokenizer.json (never over another file or an input)")
+      ->check(not_empty());
   return [cmd, flags]() -> int {
     if (!cmd->parsed()) return -1;
     return run_encode(*flags);

@@ -136,4 +136,23 @@ std::vector<std::string> run_dir_remove_stale_temps(const std::string& dir) {
   return removed;
 }
 
+std::vector<std::string> run_dir_inputs(const std::string& dir) {
+  std::vector<std::string> inputs;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    std::error_code kind;
+    if (e.is_directory(kind)) {
+      for (const fs::directory_entry& f : fs::directory_iterator(e.path(), kind)) {
+        if (f.is_regular_file(kind)) inputs.push_back(f.path().string());
+      }
+    } else if (name == "metrics.jsonl" ||
+               ((name.starts_with("trace") || name.starts_with("bench")) &&
+                name.ends_with(".json"))) {
+      inputs.push_back(e.path().string());
+    }
+  }
+  return inputs;
+}
+
 }  // namespace fanout::train

@@ -34,4 +34,9 @@ bool run_dir_only_ours(const std::string& dir);
 // returns the names removed.
 std::vector<std::string> run_dir_remove_stale_temps(const std::string& dir);
 
+// The files of a run directory that plot and report read, so that their output is
+// never one of them: metrics.jsonl, trace*.json and bench*.json at the top, and
+// every file inside its folders (the checkpoints). Only those that exist.
+std::vector<std::string> run_dir_inputs(const std::string& dir);
+
 }  // namespace fanout::train

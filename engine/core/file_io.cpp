@@ -1,13 +1,16 @@
 #include "engine/core/file_io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 
 #include "engine/core/check.h"
 
@@ -39,6 +42,62 @@ int open_regular(const std::string& path, struct stat& st) {
   }
   return fd;
 }
+
+// --- signals during a write (Note [Signals during a write]) ---------------------
+
+constexpr int kDeferredSignals[] = {SIGINT, SIGTERM, SIGHUP};
+constexpr int kNumDeferred = 3;
+constexpr int kTempSlots = 16;
+constexpr size_t kTempPathMax = 4096;
+
+// The temporaries being written, for the handler to remove: a slot is claimed by a
+// writer, filled, then marked ready; the handler reads only ready slots.
+char g_temp_paths[kTempSlots][kTempPathMax];
+std::atomic<bool> g_temp_claimed[kTempSlots];
+std::atomic<bool> g_temp_ready[kTempSlots];
+std::atomic<int> g_held_signal{0};
+
+std::mutex g_defer_mu;  // guards the rest
+int g_defer_depth = 0;
+bool g_installed[kNumDeferred] = {};
+struct sigaction g_previous[kNumDeferred];
+
+extern "C" void on_write_signal(int sig) {
+  int none = 0;
+  if (g_held_signal.compare_exchange_strong(none, sig)) return;  // acted on after the write
+  // A second signal: stop now, leaving nothing half-written.
+  for (int i = 0; i < kTempSlots; ++i) {
+    if (g_temp_ready[i].load()) ::unlink(g_temp_paths[i]);
+  }
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);  // delivered as the handler returns
+}
+
+// Registers a temporary for the handler while it exists on disk.
+class TempRegistration {
+ public:
+  explicit TempRegistration(const std::string& path) {
+    if (path.size() >= kTempPathMax) return;  // too long to keep: only the first signal is safe
+    for (int i = 0; i < kTempSlots; ++i) {
+      bool free = false;
+      if (!g_temp_claimed[i].compare_exchange_strong(free, true)) continue;
+      std::memcpy(g_temp_paths[i], path.c_str(), path.size() + 1);
+      g_temp_ready[i].store(true);
+      slot_ = i;
+      return;
+    }
+  }
+  ~TempRegistration() {
+    if (slot_ < 0) return;
+    g_temp_ready[slot_].store(false);
+    g_temp_claimed[slot_].store(false);
+  }
+  TempRegistration(const TempRegistration&) = delete;
+  TempRegistration& operator=(const TempRegistration&) = delete;
+
+ private:
+  int slot_ = -1;
+};
 
 void write_all(int fd, const char* p, size_t left, const std::string& path) {
   while (left > 0) {
@@ -111,12 +170,49 @@ std::string file_read_regular(const std::string& path, uint64_t max_bytes) {
   return out;
 }
 
-void file_check_output(const std::string& path, std::string_view what) {
+void file_check_not_input(const std::string& path, std::string_view what,
+                          const std::vector<std::string>& inputs) {
+  struct stat out {};
+  if (inputs.empty() || ::stat(path.c_str(), &out) != 0) return;  // a new path is no input
+  for (const std::string& input : inputs) {
+    struct stat in {};
+    if (input.empty() || ::stat(input.c_str(), &in) != 0) continue;
+    FANOUT_CHECK(in.st_dev != out.st_dev || in.st_ino != out.st_ino, what, " ", path,
+                 " is the same file as the input ", input,
+                 ": writing it would destroy what this command reads; choose another path for ",
+                 what);
+  }
+}
+
+bool file_starts_with(const std::string& path, std::string_view prefix) {
+  try {
+    const RegularFile file(path);
+    std::string head(prefix.size(), '\0');
+    size_t have = 0;
+    while (have < head.size()) {
+      const ssize_t n =
+          ::pread(file.fd(), head.data() + have, head.size() - have, static_cast<off_t>(have));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      have += static_cast<size_t>(n);
+    }
+    return head == prefix;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+void file_check_output(const std::string& path, std::string_view what, const OutputRules& rules) {
   FANOUT_CHECK(!path.empty(), what, ": an empty string is not a file name");
+  file_check_not_input(path, what, rules.inputs);
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     FANOUT_CHECK(S_ISREG(st.st_mode), what, " ", path, ": is ", file_kind_name(st.st_mode),
                  "; results are written only to regular files or new paths");
+    // Note [Replacing an existing output]: an empty file holds nothing to lose.
+    FANOUT_CHECK(!rules.same_kind || st.st_size == 0 || rules.same_kind(path), what, " ", path,
+                 ": exists and is not ", rules.kind,
+                 ", so it is not replaced; remove it or choose another path");
     return;
   }
   const int err = errno;
@@ -127,10 +223,47 @@ void file_check_output(const std::string& path, std::string_view what) {
                parent.string(), " does not exist");
 }
 
-void file_write_atomic(const std::string& path, std::string_view content, std::string_view what) {
-  file_check_output(path, what);
+SignalsDeferred::SignalsDeferred() {
+  const std::lock_guard<std::mutex> lock(g_defer_mu);
+  if (g_defer_depth++ > 0) return;
+  g_held_signal.store(0);
+  for (int i = 0; i < kNumDeferred; ++i) {
+    g_installed[i] = false;
+    struct sigaction now {};
+    // Only where the signal would end the process: a handler or SIG_IGN is the caller's.
+    if (::sigaction(kDeferredSignals[i], nullptr, &now) != 0 || (now.sa_flags & SA_SIGINFO) ||
+        now.sa_handler != SIG_DFL) {
+      continue;
+    }
+    struct sigaction hold {};
+    hold.sa_handler = on_write_signal;
+    sigemptyset(&hold.sa_mask);
+    hold.sa_flags = SA_RESTART;
+    g_installed[i] = ::sigaction(kDeferredSignals[i], &hold, &g_previous[i]) == 0;
+  }
+}
+
+SignalsDeferred::~SignalsDeferred() {
+  int held = 0;
+  {
+    const std::lock_guard<std::mutex> lock(g_defer_mu);
+    if (--g_defer_depth > 0) return;
+    for (int i = 0; i < kNumDeferred; ++i) {
+      if (g_installed[i]) ::sigaction(kDeferredSignals[i], &g_previous[i], nullptr);
+      g_installed[i] = false;
+    }
+    held = g_held_signal.exchange(0);
+  }
+  if (held != 0) ::raise(held);  // its default action, now that the files are in place
+}
+
+void file_write_atomic(const std::string& path, std::string_view content, std::string_view what,
+                       const OutputRules& rules) {
+  file_check_output(path, what, rules);
+  const SignalsDeferred deferred;
   const std::string tmp =
       path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(g_temp_counter++);
+  const TempRegistration registered(tmp);  // before it exists: no moment unregistered
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   FANOUT_CHECK(fd >= 0, what, " ", path, ": cannot create ", tmp, ": ", std::strerror(errno));
   try {

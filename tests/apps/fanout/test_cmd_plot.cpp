@@ -113,6 +113,11 @@ TEST_CASE("train leaves curves.svg in its run directory, also when stopped early
   CHECK(texts_of_class(svg, "legend") ==
         std::vector<std::string>{"training", "held-out", "run", "run", "cpu:0", "cpu:1"});
   CHECK_FALSE(has_non_finite_coordinate(svg));
+  // curves.svg carries fanout's mark, so plot may redraw it (never the run's metrics).
+  r = run_fanout({"plot", out, "--out", out + "/curves.svg", "--metric", "loss"});
+  INFO("stderr: " << r.err);
+  CHECK(r.rc == 0);
+  CHECK(has(read(out + "/curves.svg"), "fanout runs: run"));  // plot's title, not train's
 
   // --json keeps stdout's last line JSON: curves are written without a message.
   const std::string json_out = tmp / "json";

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,8 @@ TEST_CASE("tokenizer train gives byte-identical files for the same input and ove
   write_corpus(dir / "a.txt", 200000);
   auto r1 = run_fanout(train_args(dir / "a.txt", dir / "one.json"));
   REQUIRE(r1.rc == 0);
-  fanout::file_write_atomic(dir / "two.json", "old contents", "test");
+  // An earlier tokenizer.json (a smaller one) is replaced; other files are not (test_cmd_outputs).
+  REQUIRE(run_fanout(train_args(dir / "a.txt", dir / "two.json", "300")).rc == 0);
   auto r2 = run_fanout(train_args(dir / "a.txt", dir / "two.json"));
   REQUIRE(r2.rc == 0);
   const std::string one = fanout::file_read_regular(dir / "one.json");
@@ -138,7 +140,7 @@ TEST_CASE("tokenizer train refuses bad inputs with one line") {
       {{"tokenizer", "train", "--vocab-size", "300", "--out", out}, "--data", 2},
       {{"tokenizer", "train", "--data", ok}, "--out", 2},
       {{"tokenizer"}, "fanout tokenizer needs a command: train", 2},
-      {{"tokenizer", "trian"}, "unknown command or flag 'trian'", 2},
+      {{"tokenizer", "trian"}, "unknown command 'trian' for 'fanout tokenizer'", 2},
   };
   for (const Case& c : cases) {
     auto r = run_fanout(c.args);
@@ -202,4 +204,26 @@ TEST_CASE("tokenizer train reads --vocab-size as decimal, leading zeros included
   CAPTURE(r.err);
   REQUIRE(r.rc == 0);
   CHECK(has(r.out, "trained 400 tokens (141 merges)"));
+}
+
+TEST_CASE("tokenizer train off a terminal reports every tenth of the merges and the last count") {
+  TempDir dir("fanout-tok-progress");
+  write_corpus(dir / "a.txt", 300000);
+  auto r = run_fanout(train_args(dir / "a.txt", dir / "t.json", "1000"));  // 741 merges
+  CAPTURE(r.out);
+  REQUIRE(r.rc == 0);
+  std::vector<long> done;
+  for (size_t at = r.out.find("merging "); at != std::string::npos;
+       at = r.out.find("merging ", at + 1)) {
+    done.push_back(std::stol(r.out.substr(at + 8)));
+    CHECK(has(r.out.substr(at, r.out.find('\n', at) - at), " of 741 merges"));
+  }
+  // The start, about every 74 merges (progress comes every 64), and the end.
+  REQUIRE(done.size() >= 8);
+  CHECK(done.size() <= 12);
+  CHECK(done.front() == 0);
+  CHECK(done.back() == 741);
+  CHECK(std::is_sorted(done.begin(), done.end()));
+  CHECK(std::adjacent_find(done.begin(), done.end()) == done.end());  // no line twice
+  CHECK(has(r.out, "trained 1000 tokens (741 merges)"));
 }

@@ -126,3 +126,55 @@ TEST_CASE("train removes checkpoint temporaries of dead writers and keeps everyt
   CHECK(file_read(foreign + "/mine.txt") == "keep");
   CHECK(fs::exists(live));
 }
+
+TEST_CASE("train --out as a symlink to nothing is refused in one line naming its target") {
+  TrainFiles f;
+  const std::string out = f.dir / "run";
+  fs::create_symlink(f.dir / "gone", out);
+  CliResult r = train_cli(run_args(f, out, "1"));
+  INFO("stderr: " << r.err);
+  CHECK(r.rc == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(r.err.find("--out " + out + " is a symbolic link to " + (f.dir / "gone") +
+                   ", which does not exist") != std::string::npos);
+  CHECK(!fs::exists(f.dir / "gone"));
+}
+
+TEST_CASE("train --trace into its own new --out folder is written there") {
+  TrainFiles f;
+  const std::string out = f.dir / "run";
+  std::vector<std::string> args = run_args(f, out, "1");
+  args.insert(args.end(), {"--trace", out + "/trace.json"});
+  CliResult r = train_cli(args);
+  INFO("stderr: " << r.err);
+  CHECK(r.rc == 0);
+  CHECK(file_read(out + "/trace.json").find("traceEvents") != std::string::npos);
+  // Another missing folder is still refused before any work, and --data never replaced.
+  args = run_args(f, f.dir / "run2", "1");
+  args.insert(args.end(), {"--trace", f.dir / "elsewhere/trace.json"});
+  r = train_cli(args);
+  CHECK(r.rc == 1);
+  CHECK(r.err.find("the folder " + (f.dir / "elsewhere") + " does not exist") != std::string::npos);
+  const std::string data = file_read(f.data);
+  args = run_args(f, f.dir / "run3", "1");
+  args.insert(args.end(), {"--trace", f.data});
+  r = train_cli(args);
+  CHECK(r.rc == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(r.err.find("--trace " + f.data + " is the same file as the input " + f.data) !=
+        std::string::npos);
+  CHECK(file_read(f.data) == data);
+}
+
+TEST_CASE("train --output-device outside --devices is refused in one line") {
+  TrainFiles f;
+  CliResult r = train_cli({"--config", f.config, "--data", f.data, "--devices", "cpu:0,cpu:1",
+                           "--output-device", "cpu:3", "--loss-on", "output", "--batch-size", "4",
+                           "--seq-len", "16", "--steps", "1", "--out", f.dir / "run"});
+  INFO("stderr: " << r.err);
+  CHECK(r.rc == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(r.err.find("--output-device cpu:3 is not one of the devices this run trains on "
+                   "(cpu:0,cpu:1): list it in --devices") != std::string::npos);
+  CHECK(!fs::exists(f.dir / "run"));
+}
