@@ -21,9 +21,9 @@ struct RunMetrics {
 };
 
 // Parses metrics.jsonl text; `name` is the file named in errors. Blank lines are
-// skipped; a line that is not a JSON object with an integer "step" throws
-// "NAME:LINE: ..."; a null value (a non-finite number, as JSON writes it) is
-// left out; fields not listed above are ignored.
+// skipped; a line that is not a JSON object with an integer "step" (within int64)
+// throws "NAME:LINE: ..."; a null value (a non-finite number, as JSON writes it)
+// is left out; fields not listed above are ignored.
 RunMetrics metrics_parse(const std::string& text, const std::string& name);
 
 // Reads `path` (a regular file; "PATH: no such file" otherwise).

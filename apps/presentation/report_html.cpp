@@ -26,6 +26,10 @@ using nlohmann::json;
 constexpr uint64_t kMaxJsonBytes = uint64_t{256} << 20;
 // The trace picture shows the last this many spans (a few steps) at a readable scale.
 constexpr size_t kTraceWindowSpans = 400;
+// Trace times past this many microseconds (31 years) are not times.
+constexpr double kMaxTraceUs = 1e15;
+// Bench figures (tokens/s, speed-ups, seconds) past this are not measurements.
+constexpr double kMaxBenchFigure = 1e15;
 
 const char* const kCss = R"(
 body { font-family: 'DejaVu Sans', Helvetica, Arial, sans-serif; margin: 24px; color: #222;
@@ -162,11 +166,75 @@ std::string trace_svg(std::vector<TraceSpan> spans) {
   return s.str();
 }
 
+// Spans of the parsed trace `j`; throws naming `path` when it is not a Chrome trace.
+std::vector<TraceSpan> trace_spans(const json& j, const std::string& path) {
+  FANOUT_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(), path,
+               ": not a Chrome trace (no \"traceEvents\" array)");
+  std::map<int64_t, std::string> lanes;
+  for (const json& e : j["traceEvents"]) {
+    if (e.is_object() && e.value("ph", "") == "M" && e.value("name", "") == "thread_name" &&
+        e.contains("tid") && e["tid"].is_number_integer() && e.contains("args") &&
+        e["args"].is_object() && e["args"].contains("name") && e["args"]["name"].is_string())
+      lanes[e["tid"].get<int64_t>()] = e["args"]["name"].get<std::string>();
+  }
+  std::vector<TraceSpan> spans;
+  for (const json& e : j["traceEvents"]) {
+    if (!e.is_object() || e.value("ph", "") != "X") continue;
+    FANOUT_CHECK(e.contains("ts") && e["ts"].is_number() && e.contains("dur") &&
+                     e["dur"].is_number() && e.contains("name") && e["name"].is_string(),
+                 path, ": an \"X\" event without a name, ts or dur");
+    const int64_t tid =
+        e.contains("tid") && e["tid"].is_number_integer() ? e["tid"].get<int64_t>() : 0;
+    auto lane = lanes.find(tid);
+    // Within range, the casts below are defined and no difference of times overflows.
+    const double ts_us = e["ts"].get<double>(), dur_us = e["dur"].get<double>();
+    FANOUT_CHECK(std::fabs(ts_us) <= kMaxTraceUs && std::fabs(dur_us) <= kMaxTraceUs, path,
+                 ": an \"X\" event's ts or dur is not a time in microseconds (", e["ts"].dump(),
+                 ", ", e["dur"].dump(), ")");
+    const auto ts = static_cast<int64_t>(ts_us);
+    const auto dur = static_cast<int64_t>(std::max(0.0, dur_us));
+    spans.push_back({lane != lanes.end() ? lane->second : "tid " + std::to_string(tid),
+                     e["name"].get<std::string>(), ts, ts + dur});
+  }
+  return spans;
+}
+
+// The parsed bench JSON `j`, checked; throws naming `path` when it is not bench output.
+const json& bench_checked(const json& j, const std::string& path) {
+  FANOUT_CHECK(j.is_object() && j.contains("results") && j["results"].is_array(), path,
+               ": not `fanout bench --json` output (no \"results\" array)");
+  // The figures drawn: past kMaxBenchFigure their sums and ratios would not be finite.
+  auto check_figure = [&](const json& v, const std::string& name) {
+    FANOUT_CHECK(!v.is_number() || (v.get<double>() >= 0 && v.get<double>() <= kMaxBenchFigure),
+                 path, ": ", name, " ", v.dump(), " is out of range (0 to ", kMaxBenchFigure, ")");
+  };
+  for (const json& r : j["results"]) {
+    FANOUT_CHECK(r.is_object() && r.contains("mode") && r.contains("tokens_per_s") &&
+                     r["tokens_per_s"].is_number(),
+                 path, ": a result without \"mode\" and \"tokens_per_s\"");
+    for (const char* key : {"tokens_per_s", "speedup", "step_s"})
+      if (r.contains(key)) check_figure(r[key], std::string("\"") + key + "\"");
+    if (r.contains("phases_s") && r["phases_s"].is_object())
+      for (const auto& [phase, seconds] : r["phases_s"].items())
+        check_figure(seconds, "\"phases_s\".\"" + phase + "\"");
+  }
+  return j;
+}
+
+json json_file_read(const std::string& path) {
+  return json_parse(file_read_regular(path, kMaxJsonBytes), path);
+}
+
+// Note [Files found in a run directory]: trace*.json and bench*.json are picked up
+// by name, so one may be another tool's file: JSON of another shape is named on
+// the page. A file that is not JSON at all (cut short, damaged, nested past the
+// limit) is an error naming it, as every JSON fanout reads.
 std::string trace_section(const std::string& path) {
   std::string s = "<h3>Trace: " + h(fs::path(path).filename().string()) + "</h3>\n";
+  const json doc = json_file_read(path);
   std::vector<TraceSpan> spans;
   try {
-    spans = report_trace_read(path);
+    spans = trace_spans(doc, path);
   } catch (const Error& e) {
     return s + "<p class='note'>not shown: " + h(e.what()) + "</p>\n";
   }
@@ -196,9 +264,10 @@ std::string trace_section(const std::string& path) {
 
 std::string bench_section(const std::string& path) {
   std::string s = "<h3>Bench: " + h(fs::path(path).filename().string()) + "</h3>\n";
-  json doc;
+  // Note [Files found in a run directory]
+  const json doc = json_file_read(path);
   try {
-    doc = report_bench_read(path);
+    bench_checked(doc, path);
   } catch (const Error& e) {
     return s + "<p class='note'>not shown: " + h(e.what()) + "</p>\n";
   }
@@ -245,11 +314,26 @@ std::string bench_section(const std::string& path) {
 
 // --- one run ----------------------------------------------------------------------
 
+// Whether RUN_DIR/final or a RUN_DIR/step-N holds a trainer_state.json: a
+// checkpoint is there, whether or not it can be read.
+bool checkpoint_state_present(const std::string& run_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool step = name.rfind("step-", 0) == 0 && name.size() > 5 &&
+                      name.find_first_not_of("0123456789", 5) == std::string::npos;
+    if ((name == "final" || step) &&
+        fs::exists(fs::symlink_status(e.path() / "trainer_state.json", ec)))
+      return true;
+  }
+  return false;
+}
+
 std::string run_section(const std::string& dir, const LabeledRun& run, const std::string& id) {
   std::string s = "<section id='" + id + "'>\n<h2>" + h(run.label) + "</h2>\n<p class='path'>" +
                   h(dir) + "</p>\n<p class='summary'>" + h(run_curves_summary(run.metrics)) +
                   "</p>\n";
-  s += run_curves_svg("", "", {run}, curve_metrics_parse("all"));
+  s += run_curves_svg("", "", std::span(&run, 1), curve_metrics_parse("all"));
   s += "<h3>Settings</h3>\n";
   std::string from;
   json settings = report_run_settings(dir, &from);
@@ -259,9 +343,10 @@ std::string run_section(const std::string& dir, const LabeledRun& run, const std
     s += "<p class='note'>from " + h(from) + "/trainer_state.json</p>\n" + kv_block(settings);
     std::error_code ec;
     const std::string config = (fs::path(from) / "config.json").string();
-    if (fs::is_regular_file(config, ec)) {
-      json c = json_parse_or_discarded(file_read_regular(config, kMaxJsonBytes));
-      if (c.is_object()) s += "<h3>Model (config.json)</h3>\n" + kv_block(c);
+    if (fs::exists(fs::symlink_status(config, ec))) {
+      const json c = json_file_read(config);  // a damaged checkpoint is named, not skipped
+      FANOUT_CHECK(c.is_object(), config, ": not a model config (not a JSON object)");
+      s += "<h3>Model (config.json)</h3>\n" + kv_block(c);
     }
   }
   for (const std::string& t : files_named(dir, "trace")) s += trace_section(t);
@@ -276,10 +361,11 @@ json report_run_settings(const std::string& run_dir, std::string* from) {
   try {
     dir = train::checkpoint_find_last(run_dir);
   } catch (const Error&) {
-    return json();  // no checkpoint
+    if (checkpoint_state_present(run_dir)) throw;  // there is one, and it cannot be read
+    return json();                                 // no checkpoint
   }
   const std::string path = (fs::path(dir) / "trainer_state.json").string();
-  json j = json_parse(file_read_regular(path, kMaxJsonBytes), path);
+  json j = json_file_read(path);
   FANOUT_CHECK(j.is_object() && j.contains("flags") && j["flags"].is_object(), path,
                ": not a trainer_state.json (no \"flags\" object)");
   json settings = j["flags"];
@@ -290,42 +376,12 @@ json report_run_settings(const std::string& run_dir, std::string* from) {
 }
 
 std::vector<TraceSpan> report_trace_read(const std::string& path) {
-  json j = json_parse(file_read_regular(path, kMaxJsonBytes), path);
-  FANOUT_CHECK(j.is_object() && j.contains("traceEvents") && j["traceEvents"].is_array(), path,
-               ": not a Chrome trace (no \"traceEvents\" array)");
-  std::map<int64_t, std::string> lanes;
-  for (const json& e : j["traceEvents"]) {
-    if (e.is_object() && e.value("ph", "") == "M" && e.value("name", "") == "thread_name" &&
-        e.contains("tid") && e["tid"].is_number_integer() && e.contains("args") &&
-        e["args"].is_object() && e["args"].contains("name") && e["args"]["name"].is_string())
-      lanes[e["tid"].get<int64_t>()] = e["args"]["name"].get<std::string>();
-  }
-  std::vector<TraceSpan> spans;
-  for (const json& e : j["traceEvents"]) {
-    if (!e.is_object() || e.value("ph", "") != "X") continue;
-    FANOUT_CHECK(e.contains("ts") && e["ts"].is_number() && e.contains("dur") &&
-                     e["dur"].is_number() && e.contains("name") && e["name"].is_string(),
-                 path, ": an \"X\" event without a name, ts or dur");
-    const int64_t tid =
-        e.contains("tid") && e["tid"].is_number_integer() ? e["tid"].get<int64_t>() : 0;
-    auto lane = lanes.find(tid);
-    const auto ts = static_cast<int64_t>(e["ts"].get<double>());
-    const auto dur = static_cast<int64_t>(std::max(0.0, e["dur"].get<double>()));
-    spans.push_back({lane != lanes.end() ? lane->second : "tid " + std::to_string(tid),
-                     e["name"].get<std::string>(), ts, ts + dur});
-  }
-  return spans;
+  return trace_spans(json_file_read(path), path);
 }
 
 json report_bench_read(const std::string& path) {
-  json j = json_parse(file_read_regular(path, kMaxJsonBytes), path);
-  FANOUT_CHECK(j.is_object() && j.contains("results") && j["results"].is_array(), path,
-               ": not `fanout bench --json` output (no \"results\" array)");
-  for (const json& r : j["results"]) {
-    FANOUT_CHECK(r.is_object() && r.contains("mode") && r.contains("tokens_per_s") &&
-                     r["tokens_per_s"].is_number(),
-                 path, ": a result without \"mode\" and \"tokens_per_s\"");
-  }
+  json j = json_file_read(path);
+  bench_checked(j, path);
   return j;
 }
 

@@ -24,14 +24,16 @@ struct ReportOptions {
 };
 
 // The page. Throws fanout::Error naming the file for a run without
-// metrics.jsonl, a malformed metrics line (FILE:LINE) or a --bench file that is
-// not bench JSON; a trace or bench file found in a run directory that cannot be
-// read is named on the page instead.
+// metrics.jsonl, a malformed metrics line (FILE:LINE), a --bench file that is
+// not bench JSON, a checkpoint that cannot be read, or a trace or bench file in
+// a run directory that is not JSON; one that is JSON of another shape is named
+// on the page instead.
 std::string report_html(const ReportOptions& options);
 
 // The settings a run was started with: "flags" of the newest checkpoint's
 // trainer_state.json plus its "step", "seed", "tokens_seen"; `from` gets the
-// checkpoint directory. Null when the run has no checkpoint.
+// checkpoint directory. Null when the run has no checkpoint; throws naming the
+// file when it has one that cannot be read.
 nlohmann::json report_run_settings(const std::string& run_dir, std::string* from);
 
 // Spans of a Chrome trace JSON ({"traceEvents": [...]}, as fanout writes it:

@@ -51,7 +51,7 @@ std::vector<CurveMetric> curve_metrics_parse(const std::string& name) {
           CurveMetric::memory};
 }
 
-std::vector<ChartPanel> run_curves_panels(const std::vector<LabeledRun>& runs,
+std::vector<ChartPanel> run_curves_panels(std::span<const LabeledRun> runs,
                                           const std::vector<CurveMetric>& which) {
   const bool one = runs.size() == 1;
   auto has = [&](CurveMetric m) { return std::find(which.begin(), which.end(), m) != which.end(); };
@@ -134,7 +134,7 @@ std::string run_curves_summary(const RunMetrics& m) {
 }
 
 std::string run_curves_svg(const std::string& title, const std::string& subtitle,
-                           const std::vector<LabeledRun>& runs,
+                           std::span<const LabeledRun> runs,
                            const std::vector<CurveMetric>& which) {
   return svg_line_chart(title, subtitle, run_curves_panels(runs, which), which.size() > 1 ? 2 : 1);
 }
@@ -142,9 +142,12 @@ std::string run_curves_svg(const std::string& title, const std::string& subtitle
 std::string run_curves_write(const std::string& run_dir) {
   LabeledRun run{run_dir_label(run_dir), metrics_read_run(run_dir)};
   const std::string path = (fs::path(run_dir) / "curves.svg").string();
+  // Marked as fanout's, so `plot RUN --out RUN/curves.svg` may redraw it (file_io.h).
   file_write_atomic(path,
-                    run_curves_svg("fanout train: " + run.label, run_curves_summary(run.metrics),
-                                   {run}, curve_metrics_parse("all")),
+                    std::string(kWrittenByFanout) + run_curves_svg("fanout train: " + run.label,
+                                                                   run_curves_summary(run.metrics),
+                                                                   std::span(&run, 1),
+                                                                   curve_metrics_parse("all")),
                     "curves.svg");
   return path;
 }

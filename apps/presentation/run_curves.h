@@ -4,6 +4,7 @@
 // panels overlaying several runs for `fanout plot`, and the file a finished
 // `fanout train` leaves in its run directory.
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,15 +26,14 @@ std::vector<CurveMetric> curve_metrics_parse(const std::string& name);
 
 // One panel per metric; one series per run (and per device for memory). Runs
 // are drawn first-thickest, so runs that coincide show as nested lines.
-std::vector<ChartPanel> run_curves_panels(const std::vector<LabeledRun>& runs,
+std::vector<ChartPanel> run_curves_panels(std::span<const LabeledRun> runs,
                                           const std::vector<CurveMetric>& which);
 
 // A one-line account of a run: "steps 1-300, final loss 2.134, held-out 2.301 (best 2.29 at 200)".
 std::string run_curves_summary(const RunMetrics& m);
 
 std::string run_curves_svg(const std::string& title, const std::string& subtitle,
-                           const std::vector<LabeledRun>& runs,
-                           const std::vector<CurveMetric>& which);
+                           std::span<const LabeledRun> runs, const std::vector<CurveMetric>& which);
 
 // Reads RUN_DIR/metrics.jsonl and writes RUN_DIR/curves.svg atomically (every
 // panel); returns the path written.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 
 namespace fanout::presentation {
@@ -15,6 +16,9 @@ const char* const kPalette[] = {"#4c78a8", "#f58518", "#54a24b", "#e45756", "#72
 
 // Values beyond this are treated as missing: their differences would overflow.
 constexpr double kLargest = 1e300;
+// Ranges narrower than this (0 and 5e-324, say) cannot be divided into ticks:
+// their steps would underflow to 0 and every coordinate become NaN.
+constexpr double kNarrowest = 1e-280;
 
 bool usable(double v) {
   return std::isfinite(v) && std::fabs(v) <= kLargest;
@@ -73,12 +77,15 @@ struct Range {
     hi = any ? std::max(hi, v) : v;
     any = true;
   }
-  // A range of zero width becomes one around the value.
+  // A range too narrow to divide (one value, values apart by subnormals or by
+  // less than a billionth of their size) becomes one around its middle.
   void widen() {
-    if (hi > lo) return;
-    const double pad = std::fabs(lo) > 0 ? std::fabs(lo) * 0.1 : 1.0;
-    lo -= pad;
-    hi += pad;
+    const double width = hi - lo;
+    if (width > kNarrowest && width > 1e-9 * std::max(std::fabs(lo), std::fabs(hi))) return;
+    const double mid = lo / 2 + hi / 2;
+    const double pad = std::fabs(mid) > kNarrowest ? std::fabs(mid) * 0.1 : 1.0;
+    lo = mid - pad;
+    hi = mid + pad;
   }
 };
 
@@ -163,12 +170,14 @@ void draw_panel(std::ostringstream& s, const ChartPanel& p, int x0, int y0, int 
   auto sx = [&](double x) { return px + plot_w * (x - xr.lo) / (xr.hi - xr.lo); };
   auto sy = [&](double y) { return py + kPlotH - kPlotH * (y - yr.lo) / (yr.hi - yr.lo); };
   for (double t : ticks_every(yr.lo, yr.hi, ystep)) {
+    if (!std::isfinite(sy(t))) continue;
     const std::string y = coord(sy(t));
     s << "<line x1='" << px << "' y1='" << y << "' x2='" << px + plot_w << "' y2='" << y
       << "' stroke='#e6e6e6'/><text class='ytick' x='" << px - 6 << "' y='" << y
       << "' dy='4' text-anchor='end'>" << tick_label(t, p.y_format, unit, unit_name) << "</text>\n";
   }
   for (double t : chart_ticks(xr.lo, xr.hi, 6)) {
+    if (!std::isfinite(sx(t))) continue;
     const std::string x = coord(sx(t));
     s << "<line x1='" << x << "' y1='" << py << "' x2='" << x << "' y2='" << py + kPlotH
       << "' stroke='#f0f0f0'/><text class='xtick' x='" << x << "' y='" << py + kPlotH + 16
@@ -176,11 +185,16 @@ void draw_panel(std::ostringstream& s, const ChartPanel& p, int x0, int y0, int 
   }
   s << "<text x='" << px + plot_w / 2 << "' y='" << py + kPlotH + 34
     << "' text-anchor='middle' fill='#555'>" << xml_escape(p.x_label) << "</text>\n";
+  // Whether (x, y) has a place on the plot: a finite value whose coordinates are too.
+  auto drawable = [&](double x, double y) {
+    return usable(x) && usable(y) && std::isfinite(sx(x)) && std::isfinite(sy(y));
+  };
   for (const ChartSeries& c : p.series) {
+    const auto points = chart_points_thin(c.points, xr.lo, xr.hi, plot_w);
     std::string d;
     bool pen_down = false;
-    for (const auto& [x, y] : c.points) {
-      if (!usable(x) || !usable(y)) {
+    for (const auto& [x, y] : points) {
+      if (!drawable(x, y)) {
         pen_down = false;  // a gap where values are missing
         continue;
       }
@@ -193,8 +207,8 @@ void draw_panel(std::ostringstream& s, const ChartPanel& p, int x0, int y0, int 
       << (c.dashed ? " stroke-dasharray='6 3'" : "") << (d.empty() ? " visibility='hidden'" : "")
       << "><title>" << xml_escape(c.label) << "</title></path>\n";
     if (!c.markers) continue;
-    for (const auto& [x, y] : c.points) {
-      if (!usable(x) || !usable(y)) continue;
+    for (const auto& [x, y] : points) {
+      if (!drawable(x, y)) continue;
       s << "<circle cx='" << coord(sx(x)) << "' cy='" << coord(sy(y)) << "' r='3' fill='"
         << chart_color(c.color) << "'/>";
     }
@@ -240,6 +254,48 @@ const char* chart_color(int i) {
 std::vector<double> chart_ticks(double lo, double hi, int target) {
   if (!usable(lo) || !usable(hi) || !(hi > lo)) return {};
   return ticks_every(lo, hi, nice_step(hi - lo, target));
+}
+
+std::vector<std::pair<double, double>> chart_points_thin(
+    const std::vector<std::pair<double, double>>& points, double x_lo, double x_hi, int columns) {
+  columns = std::max(1, columns);
+  if (points.size() <= 4 * static_cast<size_t>(columns) || !usable(x_lo) || !usable(x_hi) ||
+      !(x_hi > x_lo))
+    return points;
+  std::vector<std::pair<double, double>> out;
+  const double per_x = columns / (x_hi - x_lo);
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  size_t first = kNone, lowest = 0, highest = 0, last = 0;
+  double column = 0;
+  auto flush = [&] {
+    if (first == kNone) return;
+    size_t kept[] = {first, lowest, highest, last};
+    std::sort(std::begin(kept), std::end(kept));
+    for (size_t k = 0; k < 4; ++k)
+      if (k == 0 || kept[k] != kept[k - 1]) out.push_back(points[kept[k]]);
+    first = kNone;
+  };
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto [x, y] = points[i];
+    if (!usable(x) || !usable(y)) {
+      flush();
+      if (!out.empty() && !std::isnan(out.back().second))
+        out.emplace_back(x, std::numeric_limits<double>::quiet_NaN());
+      continue;
+    }
+    const double at = std::clamp(std::floor((x - x_lo) * per_x), -1.0, columns + 1.0);
+    if (first != kNone && at == column) {
+      if (y < points[lowest].second) lowest = i;
+      if (y > points[highest].second) highest = i;
+      last = i;
+      continue;
+    }
+    flush();
+    first = lowest = highest = last = i;
+    column = at;
+  }
+  flush();
+  return out;
 }
 
 std::string svg_line_chart(const std::string& title, const std::string& subtitle,

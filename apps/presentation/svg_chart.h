@@ -2,7 +2,8 @@
 // Line charts as self-contained SVG: a grid of panels, each with axes, "nice"
 // ticks, a legend and one <path> per series. Used for a run's curves.svg, for
 // `fanout plot` overlays and inside `fanout report` pages. Non-finite values
-// never reach a coordinate: such points are left out and break the line.
+// never reach a coordinate: such points are left out and break the line. Long
+// series are thinned to what a pixel column can show (spikes kept).
 
 #include <string>
 #include <utility>
@@ -42,5 +43,13 @@ std::string svg_line_chart(const std::string& title, const std::string& subtitle
 
 // Tick values covering [lo, hi] at a 1-2-5 step, about `target` of them.
 std::vector<double> chart_ticks(double lo, double hi, int target = 5);
+
+// `points` as drawn `columns` pixels wide over x in [x_lo, x_hi]: per column
+// only the first, lowest, highest and last point (in x order), so the line looks
+// the same and a one-step spike stays visible. A point that cannot be drawn
+// (non-finite) comes back as one (x, NaN) that breaks the line. Series of at
+// most 4 points a column come back as they are.
+std::vector<std::pair<double, double>> chart_points_thin(
+    const std::vector<std::pair<double, double>>& points, double x_lo, double x_hi, int columns);
 
 }  // namespace fanout::presentation

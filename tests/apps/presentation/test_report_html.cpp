@@ -1,6 +1,7 @@
 // The report page: well formed and self-contained (nothing fetched), each run's
 // curves, summary and settings from its newest checkpoint, trace and bench
-// figures found in the run directory, every string from a file escaped.
+// figures found in the run directory, every string from a file escaped; a
+// damaged checkpoint, or a found file that is not JSON, is an error naming it.
 
 #include <doctest/doctest.h>
 
@@ -130,6 +131,77 @@ TEST_CASE("report_html names what is wrong in one line") {
         tmp / "bad-bench.json" + ": a result without \"mode\" and \"tokens_per_s\"");
   write(tmp / "a/metrics.jsonl", "{\"step\":1}\nnot json\n");
   o.bench_files = {};
-  CHECK(error_of([&] { report_html(o); }) == tmp / "a/metrics.jsonl" + ":2: not valid JSON");
+  const std::string bad_line = error_of([&] { report_html(o); });
+  CHECK(bad_line.rfind(tmp / "a/metrics.jsonl" + ":2: not valid JSON: ", 0) == 0);
   CHECK(report_run_settings(tmp / "empty", nullptr).is_null());
+}
+
+TEST_CASE("report_run_settings names a checkpoint that cannot be read") {
+  fanout::test::TempDir tmp("fanout-report");
+  make_run(tmp / "a");
+  // No checkpoint at all: settings unknown, not an error.
+  fs::remove_all(tmp / "a/step-000002");
+  fs::remove_all(tmp / "a/step-000004");
+  CHECK(report_run_settings(tmp / "a", nullptr).is_null());
+  // A final/ whose trainer_state.json is damaged is an error naming it.
+  write_checkpoint(tmp / "a/final", 4, {{"strategy", "dp"}});
+  write(tmp / "a/final/trainer_state.json", "{\"version\": 1, \"step\": ");
+  std::string err = error_of([&] { report_run_settings(tmp / "a", nullptr); });
+  CHECK(has(err, tmp / "a/final"));
+  CHECK(has(err, "trainer_state.json"));
+  ReportOptions o;
+  o.runs = {tmp / "a"};
+  CHECK(error_of([&] { report_html(o); }) == err);
+  // So is a step-N one, and a checkpoint's config.json that is not JSON.
+  fs::remove_all(tmp / "a/final");
+  write_checkpoint(tmp / "a/step-000004", 4, {{"strategy", "dp"}});
+  write(tmp / "a/step-000004/trainer_state.json", "[");
+  CHECK(has(error_of([&] { report_html(o); }), tmp / "a/step-000004/trainer_state.json"));
+  write_checkpoint(tmp / "a/step-000004", 4, {{"strategy", "dp"}});
+  write(tmp / "a/step-000004/config.json", "{\"hidden_size\": ");
+  err = error_of([&] { report_html(o); });
+  CHECK(err.rfind(tmp / "a/step-000004/config.json: not valid JSON: ", 0) == 0);
+}
+
+TEST_CASE("report_html names a trace or bench file in a run directory that is not JSON") {
+  fanout::test::TempDir tmp("fanout-report");
+  make_run(tmp / "a");
+  ReportOptions o;
+  o.runs = {tmp / "a"};
+  write(tmp / "a/bench-x.json", std::string(100000, '[') + std::string(100000, ']'));
+  CHECK(error_of([&] { report_html(o); }) ==
+        tmp / "a/bench-x.json" + ": JSON nested deeper than 512 levels (at byte 512)");
+  fs::remove(tmp / "a/bench-x.json");
+  write(tmp / "a/trace.json", "{\"traceEvents\": [");
+  CHECK(error_of([&] { report_html(o); }).rfind(tmp / "a/trace.json: not valid JSON: ", 0) == 0);
+  // JSON of another shape may be another tool's file: it is named on the page.
+  write(tmp / "a/trace.json", "{\"events\": []}");
+  write(tmp / "a/bench-notes.json", "{\"notes\": \"mine\"}");
+  const std::string page = report_html(o);
+  CHECK(has(page, "not a Chrome trace"));
+  CHECK(has(page, "not `fanout bench --json` output"));
+}
+
+TEST_CASE("report_html names trace times and bench figures too large to draw") {
+  fanout::test::TempDir tmp("fanout-report");
+  make_run(tmp / "a");
+  // 1e300 µs cast to int64 was undefined and drew "-9200000000000000.0 ms".
+  write(tmp / "a/trace.json",
+        R"({"traceEvents":[{"ph":"X","name":"forward","tid":1,"ts":1e300,"dur":5},)"
+        R"({"ph":"X","name":"backward","tid":1,"ts":0,"dur":4}]})");
+  // A phase of 1e308 s summed to infinity and drew at x='-nan'.
+  write(tmp / "a/bench-big.json",
+        R"({"results":[{"mode":"dp","tokens_per_s":1000,"phases_s":{"forward":1e308}}]})");
+  write(
+      tmp / "a/bench-tiny.json",
+      R"({"results":[{"mode":"dp","tokens_per_s":5e-324,"speedup":0,"phases_s":{"forward":5e-324}}]})");
+  ReportOptions o;
+  o.runs = {tmp / "a"};
+  const std::string page = report_html(o);
+  CHECK(xml_problem(page) == "");
+  CHECK_FALSE(fanout::test::has_non_finite_coordinate(page));
+  CHECK(has(page, "an &quot;X&quot; event&#39;s ts or dur is not a time in microseconds"));
+  CHECK(has(page, "&quot;phases_s&quot;.&quot;forward&quot; 1e+308 is out of range"));
+  CHECK(count_of(page, "<h3>Bench: ") == 2);
+  CHECK(count_of(page, "not shown: ") == 2);  // the tiny figures are drawn
 }

@@ -33,7 +33,8 @@ RunMetrics run_of(double offset, bool with_val = true) {
 }  // namespace
 
 TEST_CASE("curves of one run: loss with held-out, lr, tokens/s and one series per device") {
-  const std::string svg = run_curves_svg("t", "", {{"dp", run_of(0)}}, curve_metrics_parse("all"));
+  const std::vector<LabeledRun> runs = {{"dp", run_of(0)}};
+  const std::string svg = run_curves_svg("t", "", runs, curve_metrics_parse("all"));
   CHECK(xml_problem(svg) == "");
   // training + held-out, lr, tokens/s, cpu:0 + cpu:1
   CHECK(count_of(svg, "<path") == 6);
@@ -63,8 +64,8 @@ TEST_CASE("an overlay of three runs has a legend entry per run in each panel") {
 }
 
 TEST_CASE("a run without evaluations adds no held-out entry to the combined loss panel") {
-  const auto panels =
-      run_curves_panels({{"a", run_of(0, false)}, {"b", run_of(0)}}, curve_metrics_parse("all"));
+  const std::vector<LabeledRun> runs = {{"a", run_of(0, false)}, {"b", run_of(0)}};
+  const auto panels = run_curves_panels(runs, curve_metrics_parse("all"));
   REQUIRE(panels.size() == 4);
   REQUIRE(panels[0].series.size() == 3);
   CHECK(panels[0].series[0].label == "a training");
