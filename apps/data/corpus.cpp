@@ -533,4 +533,29 @@ double unigram_entropy(const std::vector<int32_t>& tokens) {
   return h;
 }
 
+double token_data_unigram_entropy(const TokenData& data, int64_t limit) {
+  const int64_t n = std::min(data.token_count(), limit);
+  FANOUT_CHECK(n > 0, data.path, ": no tokens to count");
+  // Ids were checked against the model's vocabulary: counted by id, summed in id order.
+  std::vector<int64_t> counts;
+  std::vector<int32_t> block(static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 20)));
+  for (int64_t begin = 0; begin < n; begin += static_cast<int64_t>(block.size())) {
+    const int64_t len = std::min(static_cast<int64_t>(block.size()), n - begin);
+    data.tokens_copy(begin, len, block.data());
+    for (int64_t i = 0; i < len; ++i) {
+      FANOUT_ASSERT(block[i] >= 0, data.path, ": token id ", block[i]);
+      const auto id = static_cast<size_t>(block[i]);
+      if (id >= counts.size()) counts.resize(id + 1, 0);
+      ++counts[id];
+    }
+  }
+  double h = 0;
+  for (const int64_t c : counts) {
+    if (c == 0) continue;
+    const double p = static_cast<double>(c) / static_cast<double>(n);
+    h -= p * std::log(p);
+  }
+  return h;
+}
+
 }  // namespace fanout::data

@@ -36,4 +36,8 @@ TokenData corpus_token_data(const std::vector<std::string>& documents, const std
 // reach well below it.
 double unigram_entropy(const std::vector<int32_t>& tokens);
 
+// The same over token data of any size (an llm.c file is read in blocks), counting
+// at most its first `limit` tokens.
+double token_data_unigram_entropy(const TokenData& data, int64_t limit);
+
 }  // namespace fanout::data

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "apps/data/jsonl_documents.h"
+#include "apps/data/output_kinds.h"
 #include "apps/data/token_file.h"
 #include "apps/data/tokenizer.h"
 #include "engine/core/check.h"
@@ -20,8 +22,33 @@ namespace fs = std::filesystem;
 struct Document {
   std::vector<int32_t> ids;  // without BOT/EOT
   size_t file = 0;           // index into options.data
-  int64_t index = 0;         // 1-based within its file, for messages
+  int64_t index = 0;         // 1-based within its file (JSON Lines: its line), for messages
 };
+
+// The documents of one input file: text between blank lines, or JSON Lines.
+std::vector<JsonlDocument> file_documents(const std::string& path, const std::string& text,
+                                          bool jsonl, const std::string& field) {
+  if (jsonl) return jsonl_documents(text, path, field);
+  std::vector<JsonlDocument> docs;
+  for (std::string& d : split_documents(text)) docs.push_back({std::move(d), 0});
+  return docs;
+}
+
+// Note [The tokenizer beside the token files]
+// prepare leaves the tokenizer it encoded with as OUT/tokenizer.json, so a run on
+// OUT/train.bin decodes with the right one (train_setup.cpp). An OUT/tokenizer.json
+// that is already this tokenizer (the --tokenizer itself, or an earlier prepare with
+// it) is left as it is; another one is replaced only where it is an earlier
+// prepare's (OUT/train.bin beside it), else it is the user's file and refused. It is
+// removed before the token files are written and written after them, so an
+// interrupted prepare never leaves new token files beside an old tokenizer.
+bool tokenizer_file_holds(const std::string& path, const std::string& json) {
+  try {
+    return tokenizer_load(path)->to_json() == json;
+  } catch (const Error&) {
+    return false;
+  }
+}
 
 // --out: an existing directory (checked by prepare_run) or a path that can become one.
 void out_dir_create(const std::string& out) {
@@ -71,7 +98,10 @@ PrepareResult prepare_run(const PrepareOptions& o) {
                "--val-fraction must be in (0, 1), got ", o.val_fraction);
   FANOUT_CHECK(!o.tokenizer.empty(), "--tokenizer: an empty string is not a file name");
   FANOUT_CHECK(!o.out.empty(), "--out: an empty string is not a directory name");
-  const std::shared_ptr<const TextTokenizer> tokenizer = tokenizer_load(o.tokenizer);
+  FANOUT_CHECK(o.format.empty() || o.format == "text" || o.format == "jsonl",
+               "--format must be text or jsonl, got '", o.format, "'");
+  FANOUT_CHECK(!o.text_field.empty(), "--text-field: an empty string is not a field name");
+  const std::shared_ptr<const TextTokenizer> tokenizer = tokenizer_resolve(o.tokenizer);
   const TextTokenizer& tok = *tokenizer;
   if (!o.packing) {
     const char* missing = tok.bot() < 0   ? "[BOT]"
@@ -88,6 +118,33 @@ PrepareResult prepare_run(const PrepareOptions& o) {
     FANOUT_CHECK(!fs::exists(st) || fs::is_directory(st), "--out ", o.out,
                  ": is a file, not a directory (prepare writes train.bin and val.bin into it)");
   }
+  // Never over an input, nor over a file that is no token file (file_io.h).
+  std::vector<std::string> inputs = o.data;
+  if (o.tokenizer != "byte") inputs.push_back(o.tokenizer);
+  const OutputRules rules = token_file_output(inputs);
+  const std::string train_path = (fs::path(o.out) / "train.bin").string();
+  const std::string val_path = (fs::path(o.out) / "val.bin").string();
+  if (std::error_code ec; fs::is_directory(o.out, ec)) {
+    for (const std::string& path : {train_path, val_path}) file_check_output(path, "--out", rules);
+    // The tokenizer beside them may be --tokenizer itself (then kept), never a --data file.
+    file_check_not_input((fs::path(o.out) / kTokenFileTokenizerName).string(), "--out", o.data);
+  }
+  // Note [The tokenizer beside the token files]
+  const std::string tokenizer_path = (fs::path(o.out) / kTokenFileTokenizerName).string();
+  const std::string tokenizer_json = tok.to_json();
+  std::error_code ec;
+  const bool tokenizer_there = fs::exists(fs::symlink_status(tokenizer_path, ec));
+  const bool tokenizer_kept =
+      tokenizer_there && tokenizer_file_holds(tokenizer_path, tokenizer_json);
+  FANOUT_CHECK(
+      !tokenizer_there || tokenizer_kept || fs::is_regular_file(fs::path(o.out) / "train.bin", ec),
+      "--out ", o.out, ": holds a ", kTokenFileTokenizerName,
+      " that is not --tokenizer's and no train.bin beside it; prepare writes the "
+      "tokenizer it encodes with there: move that file or choose another --out");
+  const OutputRules tokenizer_rules = tokenizer_json_output(o.data);
+  if (!tokenizer_kept && fs::is_directory(o.out, ec)) {
+    file_check_output(tokenizer_path, "--out", tokenizer_rules);
+  }
   PrepareResult r;
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Document> docs;
@@ -98,14 +155,19 @@ PrepareResult prepare_run(const PrepareOptions& o) {
     const std::string text = file_read_regular(path, limit);
     check_not_token_file(path, text);
     r.text_bytes += text.size();
-    const std::vector<std::string> split = split_documents(text);
-    FANOUT_CHECK(!split.empty(), path, ": holds no text (only blank lines)");
+    const bool jsonl = o.format.empty() ? jsonl_name(path) : o.format == "jsonl";
+    const std::vector<JsonlDocument> split = file_documents(path, text, jsonl, o.text_field);
+    FANOUT_CHECK(!split.empty(), path,
+                 jsonl ? ": holds no document (every line is blank or its text is)"
+                       : ": holds no text (only blank lines)");
     for (size_t d = 0; d < split.size(); ++d) {
-      Document doc{tok.encode(split[d]), f, static_cast<int64_t>(d) + 1};
+      Document doc{tok.encode(split[d].text), f,
+                   jsonl ? split[d].line : static_cast<int64_t>(d) + 1};
       if (!o.packing) {
         for (const int32_t id : doc.ids) {
-          FANOUT_CHECK(id != tok.bot() && id != tok.eot() && id != tok.pad(), path, ": document ",
-                       doc.index, " holds the text of a special token (id ", id,
+          FANOUT_CHECK(id != tok.bot() && id != tok.eot() && id != tok.pad(), path,
+                       jsonl ? ":" : ": document ", doc.index, jsonl ? ": the document" : "",
+                       " holds the text of a special token (id ", id,
                        "), which would cut it apart for --packing off; remove it or use "
                        "--packing on");
         }
@@ -136,8 +198,10 @@ PrepareResult prepare_run(const PrepareOptions& o) {
   out_dir_create(o.out);
   const int64_t vocab = tok.vocab_size();
   r.token_bytes = vocab <= 65536 ? 2 : 4;
-  const std::string train_path = (fs::path(o.out) / "train.bin").string();
-  const std::string val_path = (fs::path(o.out) / "val.bin").string();
+  // Checked again now the encoding is done; every file lands before a signal acts.
+  for (const std::string& path : {train_path, val_path}) file_check_output(path, "--out", rules);
+  const SignalsDeferred deferred;
+  if (tokenizer_there && !tokenizer_kept) fs::remove(tokenizer_path, ec);
   token_file_write_bin(train_path, train, vocab);
   r.files.push_back(train_path);
   if (!heldout.empty()) {
@@ -148,6 +212,8 @@ PrepareResult prepare_run(const PrepareOptions& o) {
     std::error_code ec;
     if (fs::is_regular_file(val_path, ec)) fs::remove(val_path, ec);
   }
+  if (!tokenizer_kept) file_write_atomic(tokenizer_path, tokenizer_json, "--out", tokenizer_rules);
+  r.tokenizer_file = tokenizer_path;
   for (const std::string& f : r.files) r.file_bytes += file_regular_size(f);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
@@ -169,7 +235,9 @@ std::string prepare_summary(const PrepareResult& r) {
   std::snprintf(tail, sizeof tail, " (%llu bytes) in %.2f s, %.0f tokens/s",
                 static_cast<unsigned long long>(r.file_bytes), r.seconds,
                 tokens / std::max(r.seconds, 1e-9));
-  return head + files + tail;
+  const std::string tokenizer =
+      r.tokenizer_file.empty() ? "" : ", tokenizer beside them: " + r.tokenizer_file;
+  return head + files + tail + tokenizer;
 }
 
 }  // namespace fanout::data

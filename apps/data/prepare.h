@@ -1,9 +1,11 @@
 #pragma once
 // `fanout prepare`: text files -> llm.c token files for training. Each file is split
-// into documents at blank lines (split_documents), each document is encoded by the
-// user's tokenizer as [BOT] doc [EOT], and the documents are divided between
-// OUT/train.bin and OUT/val.bin by a deterministic, evenly spread split
-// (Note [The validation split] in prepare.cpp).
+// into documents at blank lines (split_documents), or read as JSON Lines (one
+// document per line: jsonl_documents.h); each document is encoded by the user's
+// tokenizer as [BOT] doc [EOT], and the documents are divided between OUT/train.bin
+// and OUT/val.bin by a deterministic, evenly spread split (Note [The validation
+// split] in prepare.cpp). The tokenizer goes beside them as OUT/tokenizer.json,
+// where `train` finds it (token_file_tokenizer_path).
 
 #include <cstdint>
 #include <string>
@@ -14,10 +16,14 @@
 namespace fanout::data {
 
 struct PrepareOptions {
-  std::string tokenizer;          // a tokenizer.json (tokenizer_load)
+  std::string tokenizer;          // a tokenizer.json or "byte" (tokenizer_resolve)
   std::vector<std::string> data;  // text files, read in this order
-  std::string out;                // the output directory (created if missing)
-  double val_fraction = 0.01;     // in (0, 1)
+  // "text" (documents between blank lines), "jsonl" (a document per line), or "":
+  // each file by its name (.jsonl: JSON Lines, anything else: text).
+  std::string format;
+  std::string text_field = "text";  // JSON Lines: the member holding the document
+  std::string out;                  // the output directory (created if missing)
+  double val_fraction = 0.01;       // in (0, 1)
   // on: the files are one stream for llm.c windows. off: the same layout, checked to
   // come apart into whole documents for `train --packing off` (Note [Packing off
   // over a token file] in token_file.cpp): the tokenizer must have [BOT], [EOT] and
@@ -32,6 +38,7 @@ struct PrepareResult {
   uint64_t text_bytes = 0, file_bytes = 0;  // read; written (both files)
   int token_bytes = 2;                      // 2: the uint16 format, 4: uint32
   std::vector<std::string> files;           // written: OUT/train.bin [, OUT/val.bin]
+  std::string tokenizer_file;               // OUT/tokenizer.json (written or already there)
   double seconds = 0;                       // encoding and writing
 };
 

@@ -25,4 +25,8 @@ std::shared_ptr<const TextTokenizer> tokenizer_load(const std::string& path) {
   return tokenizer_from_json(file_read_regular(path), path);
 }
 
+std::shared_ptr<const TextTokenizer> tokenizer_resolve(const std::string& name) {
+  return name == "byte" ? byte_tokenizer() : tokenizer_load(name);
+}
+
 }  // namespace fanout::data

@@ -45,4 +45,10 @@ std::shared_ptr<const TextTokenizer> tokenizer_load(const std::string& path);
 std::shared_ptr<const TextTokenizer> tokenizer_from_json(const std::string& json_text,
                                                          const std::string& name);
 
+// A tokenizer as a command line names it (every --tokenizer takes the same names):
+// "byte" is the byte tokenizer, anything else a tokenizer.json path (a file named
+// byte is ./byte).
+std::shared_ptr<const TextTokenizer> tokenizer_resolve(const std::string& name);
+inline constexpr const char* kTokenizerNamesHelp = "A tokenizer.json (HF's format), or byte";
+
 }  // namespace fanout::data

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "apps/data/tokenizer.h"
 #include "engine/core/check.h"
@@ -105,12 +106,12 @@ class TokenMap {
 };
 
 int64_t TokenData::token_count() const {
-  return map ? map->count() : static_cast<int64_t>(tokens.size());
+  return map ? map_count : static_cast<int64_t>(tokens.size());
 }
 
 int32_t TokenData::token_at(int64_t i) const {
   FANOUT_ASSERT(i >= 0 && i < token_count(), "token ", i, " of ", token_count());
-  return map ? static_cast<int32_t>(map->raw(i)) : tokens[static_cast<size_t>(i)];
+  return map ? static_cast<int32_t>(map->raw(map_first + i)) : tokens[static_cast<size_t>(i)];
 }
 
 void TokenData::tokens_copy(int64_t begin, int64_t count, int32_t* out) const {
@@ -119,7 +120,7 @@ void TokenData::tokens_copy(int64_t begin, int64_t count, int32_t* out) const {
   if (map) {
     static_assert(sizeof(int32_t) == sizeof(uint32_t));
     // Ids were checked against the vocabulary (< 2^31) when the file was loaded.
-    map->read(begin, count, reinterpret_cast<uint32_t*>(out));
+    map->read(map_first + begin, count, reinterpret_cast<uint32_t*>(out));
   } else {
     std::copy_n(tokens.begin() + begin, count, out);
   }
@@ -156,6 +157,7 @@ void load_bin(TokenData& data, const RegularFile& file) {
                " tokens (", expected, " bytes) but the file has ", file_size, " bytes");
   FANOUT_CHECK(count > 0, path, ": holds no tokens");
   data.map = std::make_shared<const TokenMap>(path, file.fd(), static_cast<int>(width), count);
+  data.map_first = 0, data.map_count = count;
   data.from_bin = true;
 }
 
@@ -244,6 +246,25 @@ void load_text(TokenData& data, const RegularFile& file) {
 
 }  // namespace
 
+bool token_file_is_bin(const std::string& path) {
+  if (name_ends_with_bin(path)) return true;
+  try {
+    const RegularFile file(path);
+    int32_t head[2] = {0, 0};
+    return read_at(file.fd(), head, sizeof head, 0, path) == sizeof head && is_token_magic(head[0]);
+  } catch (const Error&) {
+    return false;  // token_file_load names the problem
+  }
+}
+
+std::string token_file_tokenizer_path(const std::string& path) {
+  if (path.empty() || !token_file_is_bin(path)) return "";
+  const std::filesystem::path beside =
+      std::filesystem::path(path).parent_path() / kTokenFileTokenizerName;
+  std::error_code ec;
+  return std::filesystem::is_regular_file(beside, ec) ? beside.string() : "";
+}
+
 uint64_t token_file_text_limit() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return kMaxTextBytes;
@@ -310,7 +331,7 @@ void token_data_split_documents(TokenData& data) {
   FANOUT_CHECK(data.eot >= 0, data.path,
                ": --packing off needs the tokenizer's [EOT] to find the documents, and the "
                "tokenizer has none");
-  const int64_t n = data.map->count();
+  const int64_t n = data.token_count();
   // Every id is held twice (the stream and the documents) while they are split.
   const uint64_t bytes = static_cast<uint64_t>(n) * 8;
   FANOUT_CHECK(bytes <= token_file_text_limit(), data.path, ": ", n,
@@ -342,17 +363,17 @@ void token_data_check_vocab(const TokenData& data, int64_t vocab_size) {
   if (data.map) {
     // In blocks through one buffer: a large file is checked without becoming resident.
     constexpr int64_t kBlock = int64_t{1} << 20;
-    const int64_t n = data.map->count();
+    const int64_t n = data.map_count;
     const uint32_t limit = static_cast<uint32_t>(vocab_size);
     std::vector<uint32_t> block(static_cast<size_t>(std::min(kBlock, n)));
     for (int64_t begin = 0; begin < n; begin += kBlock) {
       const int64_t len = std::min(kBlock, n - begin);
-      data.map->read(begin, len, block.data());
+      data.map->read(data.map_first + begin, len, block.data());
       bool bad = false;  // one branch-free pass (vectorised); the position only on failure
       for (int64_t i = 0; i < len; ++i) bad |= block[i] >= limit;
       if (!bad) continue;
       for (int64_t i = 0; i < len; ++i) {
-        if (block[i] >= limit) refuse(block[i], begin + i);
+        if (block[i] >= limit) refuse(block[i], data.map_first + begin + i);
       }
     }
     return;

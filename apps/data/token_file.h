@@ -33,6 +33,9 @@ struct TokenData {
   int32_t bot = kBot, eot = kEot, pad = kPad;
   bool from_bin = false;
   std::shared_ptr<const TokenMap> map;  // llm.c files: the open file, read on demand
+  // llm.c files: the file's tokens [map_first, map_first + map_count) are this data
+  // (all of them unless a run held some out: token_data_hold_out).
+  int64_t map_first = 0, map_count = 0;
 
   // The packed stream, whatever holds it.
   int64_t token_count() const;
@@ -51,6 +54,16 @@ constexpr int32_t kBinMagicU16 = 20240520, kBinMagicU32 = 20240801;
 // as [BOT] doc [EOT]; the ids of [BOT], [EOT] and [PAD] are `tokenizer`'s.
 TokenData token_file_load(const std::string& path, std::string_view flag = {},
                           const TextTokenizer& tokenizer = *byte_tokenizer());
+
+// Whether token_file_load reads `path` as an llm.c token file (its header, or a .bin
+// name); false for text and for a file that cannot be read.
+bool token_file_is_bin(const std::string& path);
+
+// `fanout prepare` leaves the tokenizer it encoded with beside its token files, as
+// DIR/tokenizer.json. That path when `path` is a token file with one beside it
+// (a regular file, symlinks followed), else "" (text, or a file made without one).
+inline constexpr const char* kTokenFileTokenizerName = "tokenizer.json";
+std::string token_file_tokenizer_path(const std::string& path);
 
 // Documents encoded as token_file_load encodes a text file holding them: tokens =
 // [BOT] ids [EOT] per document (a special the tokenizer lacks is left out),

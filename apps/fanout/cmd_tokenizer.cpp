@@ -1,7 +1,7 @@
 // `fanout tokenizer`: the tokenizer commands. `tokenizer train --data FILE...
 // --vocab-size N --out tokenizer.json` trains a byte-level BPE with [BOT], [EOT]
 // and [PAD] (bpe_trainer.h) and writes it as HF's tokenizer.json; a progress bar
-// on a terminal, a few plain lines otherwise, and the throughput at the end.
+// on a terminal, plain lines otherwise (about every 10 %), and the throughput at the end.
 
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -15,6 +15,7 @@
 
 #include "apps/data/bpe_tokenizer.h"
 #include "apps/data/bpe_trainer.h"
+#include "apps/data/output_kinds.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "engine/core/check.h"
@@ -45,8 +46,9 @@ int terminal_columns() {
 }
 
 // A bar redrawn in place on stderr when it is a terminal (at most 10 times a
-// second, fitted to its width); else a line on stdout per phase and about every
-// 10 seconds.
+// second, fitted to its width); else plain lines on stdout (a log, a pipe): each
+// phase's start, every further 10 % of it or 10 seconds, whichever comes first,
+// and its end with the final count.
 class TrainDisplay {
  public:
   TrainDisplay() : tty_(::isatty(STDERR_FILENO) != 0) {}
@@ -57,11 +59,17 @@ class TrainDisplay {
     const bool new_phase = !shown_ || p.phase != phase_;
     const bool last = p.done >= p.total;
     const double since = std::chrono::duration<double>(now - last_).count();
-    if (!new_phase && !last && since < (tty_ ? 0.1 : 10.0)) return;
-    if (!tty_ && !new_phase && last && !counting) return;  // the summary says it
+    if (tty_) {
+      if (!new_phase && !last && since < 0.1) return;
+    } else {
+      // The next tenth of the phase, or 10 seconds on; the end once.
+      const bool tenth = p.total > 0 && p.done * 10 / p.total > shown_done_ * 10 / p.total;
+      if (!new_phase && !(last ? p.done > shown_done_ : tenth || since >= 10.0)) return;
+    }
     if (new_phase) phase_start_ = now;
     phase_ = p.phase;
     shown_ = true;
+    shown_done_ = p.done;
     last_ = now;
     const double elapsed = std::chrono::duration<double>(now - phase_start_).count();
     char stats[128];
@@ -104,13 +112,16 @@ class TrainDisplay {
  private:
   bool tty_;
   bool shown_ = false;
+  int64_t shown_done_ = 0;  // `done` of the last line shown
   data::BpeTrainProgress::Phase phase_ = data::BpeTrainProgress::Phase::kCounting;
   Clock::time_point phase_start_, last_;
 };
 
 int run_train(const TrainFlags& flags) {
-  // The output is checked before the work, and written atomically after it.
-  file_check_output(flags.out, "--out");
+  // The output is checked before the work, and written atomically after it: never
+  // over a --data file, nor over a file that is no tokenizer.json (file_io.h).
+  const OutputRules rules = data::tokenizer_json_output(flags.data);
+  file_check_output(flags.out, "--out", rules);
   const auto t0 = Clock::now();
   TrainDisplay display;
   data::BpeTrainOptions options;
@@ -128,7 +139,7 @@ int run_train(const TrainFlags& flags) {
   const auto merges = static_cast<int64_t>(model.merges.size());
   const auto tokens = static_cast<int64_t>(model.vocab.size());
   auto tokenizer = data::bpe_tokenizer(std::move(model), flags.out);
-  file_write_atomic(flags.out, tokenizer->to_json(), "--out");
+  file_write_atomic(flags.out, tokenizer->to_json(), "--out", rules);
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
   if (tokens < flags.vocab_size) {
@@ -180,7 +191,10 @@ Command add_tokenizer_command(CLI::App& app) {
   add_number(train, "--vocab-size", flags->vocab_size,
              "Tokens in all: 3 special, 256 bytes and at least one merge", data::kBpeMinVocab,
              data::kBpeMaxVocab);
-  train->add_option("--out", flags->out, "Where to write the tokenizer.json (HF's format)")
+  train
+      ->add_option("--out", flags->out,
+                   "Where to write the tokenizer.json (HF's format): a new file or an existing "
+                   "tokenizer.json (never another file or a --data file)")
       ->required();
 
   // Other subcommands of `fanout tokenizer` (encode: cmd_tokenizer_encode.cpp) go here,

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "apps/data/held_out.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/presentation/run_curves.h"
@@ -47,10 +48,15 @@ Command add_train_command(CLI::App& app) {
   add("init", o->init, "Start from the weights of this checkpoint directory");
   // data
   add("data", o->data, "llm.c .bin token file or UTF-8 text (default: the embedded corpus)");
-  add("val-data", o->val_data, "Held-out data for --eval-every");
+  add("val-data", o->val_data,
+      "Held-out data for --eval-every (default: --data's last --val-split of tokens)");
+  num("val-split", o->val_split, 0.0, 0.5,
+      "Share of --data held out when no --val-data is given, at most " +
+          std::to_string(data::kHeldOutMaxTokens) + " tokens (0: none)");
   add("tokenizer", o->tokenizer,
-      "A tokenizer.json (HF's format) for text data and samples (default: the byte tokenizer; "
-      "a resumed run uses its checkpoint's)");
+      "A tokenizer.json (HF's format), or byte, for text data and samples (default: the one "
+      "fanout prepare left beside --data's token file, else bytes; a resumed run uses its "
+      "checkpoint's)");
   add("packing", o->packing, "on: llm.c windows; off: one document per row, padded");
   opts->emplace_back("shuffle", cmd->add_flag("--shuffle,!--no-shuffle", o->shuffle,
                                               "Visit the windows of each epoch in random order"));

@@ -18,6 +18,7 @@ namespace fanout::train {
   X("init", init)                           \
   X("data", data)                           \
   X("val-data", val_data)                   \
+  X("val-split", val_split)                 \
   X("packing", packing)                     \
   X("shuffle", shuffle)                     \
   X("output-device", output_device)         \
@@ -117,6 +118,8 @@ void train_options_merge(TrainOptions& o, const nlohmann::json& j,
   // checkpoints before --grad-comm have none (fp32).
   if (o.precision.empty()) o.precision = "fp32";
   if (o.grad_comm.empty()) o.grad_comm = "fp32";
+  // Checkpoints before --val-split trained on all of their --data.
+  if (!j.contains("val-split") && !keep.count("val-split")) o.val_split = 0;
   // Note [Validation settings]: "val-batches" is the stored name; checkpoints written
   // before it saved the same setting as "eval-batches", and the flag keeps that name
   // as an alias (cmd_train.cpp), so either given again counts as "val-batches".
@@ -146,6 +149,7 @@ void train_options_validate(const TrainOptions& o) {
   FANOUT_CHECK(o.beta2 < 1, "--beta2 must be in [0, 1), got ", o.beta2);
   check_real(o.eps, "eps", 0, 1, true);
   check_real(o.clip, "clip", 0, 1e9, false);
+  check_real(o.val_split, "val-split", 0, 0.5, false);
   check_real(o.timeout, "timeout", 0, 1e6, true);
   if (!o.device_memory.empty()) parse_byte_size(o.device_memory, "--device-memory");
   FANOUT_CHECK(o.packing == "on" || o.packing == "off", "--packing must be on or off, got '",
@@ -165,7 +169,9 @@ void train_options_check_validation(const TrainOptions& o, bool has_val) {
   for (const char* flag : {"save-best", "early-stop"}) {
     const bool on = flag[0] == 's' ? o.save_best : o.early_stop > 0;
     if (!on) continue;
-    FANOUT_CHECK(has_val, "--", flag, " compares held-out losses: give --val-data FILE");
+    FANOUT_CHECK(
+        has_val, "--", flag,
+        " compares held-out losses: give --val-data FILE (or --data with --val-split > 0)");
     FANOUT_CHECK(o.eval_every > 0, "--", flag,
                  " compares held-out losses: give --eval-every N (N > 0)");
   }

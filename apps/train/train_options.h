@@ -22,6 +22,10 @@ struct TrainOptions {
   // data
   std::string data, val_data, packing = "on";
   bool shuffle = false;
+  // The share of --data held out when no --val-data is given (0: none). Checkpoints
+  // from before it held nothing out: read back as 0 (Note [A run's own held-out
+  // split] in apps/data/held_out.cpp).
+  double val_split = 0.05;
   // A tokenizer.json for text data ("": the byte tokenizer, or a resumed or --init
   // checkpoint's tokenizer.json). Run-local: a checkpoint carries the file itself.
   std::string tokenizer;

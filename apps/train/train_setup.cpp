@@ -8,7 +8,6 @@
 #include <sstream>
 #include <thread>
 
-#include "apps/data/corpus.h"
 #include "apps/data/data_loader.h"
 #include "apps/data/tokenizer.h"
 #include "apps/train/checkpoint_rotation.h"
@@ -17,6 +16,7 @@
 #include "apps/train/memory_check.h"
 #include "apps/train/run_dir.h"
 #include "apps/train/schedule.h"
+#include "apps/train/train_data.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/cuda_runtime.h"
@@ -72,6 +72,13 @@ std::vector<Device> default_devices() {
 void check_out_dir(const std::string& out) {
   std::error_code ec;
   fs::path p = fs::path(out);
+  // A symlink to nothing looks missing, yet no directory can be made there.
+  if (fs::is_symlink(fs::symlink_status(p, ec)) && !fs::exists(fs::status(p, ec))) {
+    const fs::path target = fs::read_symlink(p, ec);
+    detail::throw_error(detail::str_cat("--out ", out, " is a symbolic link to ", target.string(),
+                                        ", which does not exist: create that directory, remove "
+                                        "the link, or choose another --out"));
+  }
   // Missing, or under a file (ENOTDIR): the ancestors below say which.
   auto missing = [](const std::error_code& e) {
     return e == std::errc::no_such_file_or_directory || e == std::errc::not_a_directory;
@@ -103,6 +110,21 @@ void check_out_dir(const std::string& out) {
     }
     if (up == "." || up == "/") return;
   }
+}
+
+// --trace is a result (file_io.h), never one of the run's inputs; its folder may be
+// --out itself, which the run creates before it writes the trace at the end.
+void check_trace(const TrainOptions& o) {
+  const std::vector<std::string> inputs = {o.data, o.val_data, o.config,
+                                           o.tokenizer == "byte" ? "" : o.tokenizer,
+                                           (fs::path(o.out) / "metrics.jsonl").string()};
+  std::error_code ec;
+  fs::path folder = fs::path(o.trace).parent_path();
+  if (folder.empty()) folder = ".";
+  const bool in_new_out = !fs::exists(fs::symlink_status(o.out, ec)) &&
+                          fs::weakly_canonical(fs::absolute(folder), ec) ==
+                              fs::weakly_canonical(fs::absolute(o.out), ec);
+  if (!in_new_out) file_check_output(o.trace, "--trace", {inputs, "", nullptr});
 }
 
 // Whether `name` is something a fanout run writes in its --out: the lock,
@@ -165,9 +187,16 @@ std::string resume_auto_dir(const std::string& out) {
 // would change what every id means. Checkpoints from before tokenizers carry none:
 // their runs used the byte tokenizer. An --init folder without tokenizer.json (an HF
 // model folder) takes --tokenizer, or bytes.
-std::shared_ptr<const data::TextTokenizer> run_tokenizer(const TrainOptions& o, const Setup& s) {
+//
+// Token files carry no tokenizer, but `fanout prepare` leaves the one it encoded
+// with beside them (DIR/tokenizer.json): a run on them takes it when nothing else
+// names one, and refuses a --tokenizer, a checkpoint's tokenizer or the other data
+// file's that is another tokenizer (compared the same way), since ids decoded by
+// another tokenizer are noise. Token files with none beside them (llm.c's, older
+// fanout's) train as they always did.
+std::shared_ptr<const data::TextTokenizer> run_tokenizer(const TrainOptions& o, Setup& s) {
   std::shared_ptr<const data::TextTokenizer> flag;
-  if (!o.tokenizer.empty()) flag = data::tokenizer_load(o.tokenizer);
+  if (!o.tokenizer.empty()) flag = data::tokenizer_resolve(o.tokenizer);
   std::shared_ptr<const data::TextTokenizer> carried;
   std::string from;
   if (s.resume) {
@@ -180,11 +209,52 @@ std::shared_ptr<const data::TextTokenizer> run_tokenizer(const TrainOptions& o, 
     from = o.init;  // an --init folder without one (any HF model folder) takes --tokenizer
     carried = checkpoint_tokenizer(o.init);
   }
-  if (!carried) return flag ? flag : data::byte_tokenizer();
-  FANOUT_CHECK(!flag || flag->to_json() == carried->to_json(), "--tokenizer ", o.tokenizer, " (",
-               flag ? flag->describe() : "", ") is not the tokenizer checkpoint ", from,
-               " was trained with (", carried->describe(),
+  FANOUT_CHECK(!carried || !flag || flag->to_json() == carried->to_json(), "--tokenizer ",
+               o.tokenizer, " (", flag ? flag->describe() : "",
+               ") is not the tokenizer checkpoint ", from, " was trained with (",
+               carried ? carried->describe() : "",
                "): drop --tokenizer, the run keeps the checkpoint's");
+  // The tokenizer beside --data's and --val-data's token files; both must agree.
+  std::shared_ptr<const data::TextTokenizer> beside;
+  std::string beside_path, beside_of;
+  for (const std::string* file : {&o.data, &o.val_data}) {
+    const std::string path = data::token_file_tokenizer_path(*file);
+    if (path.empty()) continue;
+    auto found = data::tokenizer_load(path);
+    if (beside) {
+      FANOUT_CHECK(found->to_json() == beside->to_json(), "--val-data ", o.val_data,
+                   " was prepared with another tokenizer (", path, ", ", found->describe(),
+                   ") than --data ", o.data, " (", beside_path, ", ", beside->describe(),
+                   "): prepare both with one tokenizer");
+      continue;
+    }
+    beside = std::move(found), beside_path = path, beside_of = *file;
+  }
+  const std::string beside_json = beside ? beside->to_json() : "";
+  if (beside && flag) {
+    FANOUT_CHECK(flag->to_json() == beside_json, "--tokenizer ", o.tokenizer, " (",
+                 flag->describe(), ") is not the tokenizer ", beside_of, " was prepared with (",
+                 beside_path, ", ", beside->describe(),
+                 "): drop --tokenizer, the run takes the one beside the data");
+  }
+  if (beside && carried) {
+    FANOUT_CHECK(carried->to_json() == beside_json, beside_of, " was prepared with ", beside_path,
+                 " (", beside->describe(), "), not the tokenizer checkpoint ", from,
+                 " was trained with (", carried->describe(),
+                 "): train on data prepared with the checkpoint's tokenizer");
+  }
+  if (!carried) {
+    if (flag) {
+      s.tokenizer_from = o.tokenizer;
+      return flag;
+    }
+    if (beside) {
+      s.tokenizer_from = beside_path, s.tokenizer_beside = true;
+      return beside;
+    }
+    return data::byte_tokenizer();
+  }
+  s.tokenizer_from = (fs::path(from) / "tokenizer.json").string();
   return carried;
 }
 
@@ -192,7 +262,7 @@ std::shared_ptr<const data::TextTokenizer> run_tokenizer(const TrainOptions& o, 
 void check_tokenizer_fits(const TrainOptions& o, const Setup& s) {
   const int64_t have = s.config.vocab_size, need = s.tokenizer->vocab_size();
   if (need <= have) return;
-  const std::string name = o.tokenizer.empty() ? "the checkpoint's tokenizer.json" : o.tokenizer;
+  const std::string name = s.tokenizer_from.empty() ? "the tokenizer" : s.tokenizer_from;
   std::string model, fix;
   if (s.resume || !o.init.empty()) {
     model = "the checkpoint's model has " + std::to_string(have);
@@ -246,6 +316,16 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     s.saved_steps = saved.steps;
     s.saved_rows_per_batch = saved.batch_size / std::max<int64_t>(saved.grad_accum, 1);
     s.saved_seq_len = saved.seq_len;
+    // The held-out split is the run's from its start (Note [A run's own held-out split]).
+    if (o.val_split != saved.val_split) {
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "note: --val-split %g is ignored: a resumed run keeps the held-out split it "
+                    "started with (%g)",
+                    o.val_split, saved.val_split);
+      s.notes.push_back(line);
+      o.val_split = saved.val_split;
+    }
     // A ddp run's checkpoint resumes in one process too (the files are the same):
     // ddp is kept only where the launcher's environment is present (a zero run
     // stays sharded, over the devices of one process).
@@ -288,9 +368,10 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
                " is below the resumed checkpoint's step ", s.resume ? s.resume->state.step : 0);
   Schedule schedule{o.schedule, o.lr, o.min_lr, o.warmup, o.steps};
   schedule.validate();
-  if (s.resume && o.steps != s.saved_steps) {
+  if (s.resume && o.steps != s.saved_steps && schedule.uses_horizon()) {
     // Note [Extending a run]: the schedule's horizon is --steps, so a resumed run with
     // another --steps continues on a stretched (or shrunk) curve: said, not hidden.
+    // A constant schedule has no horizon, so nothing to say.
     const int64_t next = s.resume->state.step + 1;
     const int64_t was_at = std::min(next, s.saved_steps);  // past a finished run's end: its last
     Schedule before = schedule;
@@ -340,6 +421,12 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     s.output_device = device_parse(o.output_device);
     FANOUT_CHECK(!s.output_device->is_bare(), "--output-device needs an index, e.g. cpu:0");
     devices_check_available({*s.output_device});
+    // Only the devices trained on are measured and reported.
+    FANOUT_CHECK(std::find(s.devices.begin(), s.devices.end(), *s.output_device) != s.devices.end(),
+                 "--output-device ", o.output_device,
+                 " is not one of the devices this run trains on (", devices_str(s.devices),
+                 "): list it in --devices, or leave --output-device out "
+                 "(the first device)");
   }
   {  // Before any model is built: each device's cap (--device-memory; none without it).
     std::vector<Device> capped = s.devices;
@@ -379,39 +466,11 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   }
   s.tokenizer = run_tokenizer(o, s);
   // The byte tokenizer keeps today's rule (ids are checked as the data loads); any
-  // other must fit the model whole.
-  if (!s.tokenizer->is_byte() || !o.tokenizer.empty()) check_tokenizer_fits(o, s);
-  const data::TextTokenizer& tok = *s.tokenizer;
-  if (o.data.empty()) {
-    data::Corpus corpus = data::default_corpus();
-    const bool bytes = tok.is_byte();
-    const char* train_name = "<embedded default corpus: train>";
-    const char* val_name = "<embedded default corpus: held out>";
-    s.train_data = bytes ? data::corpus_token_data(corpus.train_documents, train_name)
-                         : data::token_data_from_documents(corpus.train_documents, tok, train_name);
-    s.val_data = bytes ? data::corpus_token_data(corpus.heldout_documents, val_name)
-                       : data::token_data_from_documents(corpus.heldout_documents, tok, val_name);
-    s.has_val = s.embedded = true;
-    s.unigram = data::unigram_entropy(s.train_data.tokens);
-  } else {
-    s.train_data = data::token_file_load(o.data, {}, tok);
+  // other, or one named (--tokenizer, or beside the data), must fit the model whole.
+  if (!s.tokenizer->is_byte() || !o.tokenizer.empty() || s.tokenizer_beside) {
+    check_tokenizer_fits(o, s);
   }
-  if (!o.val_data.empty()) {
-    s.val_data = data::token_file_load(o.val_data, {}, tok);
-    s.has_val = true;
-  }
-  data::token_data_check_vocab(s.train_data, s.config.vocab_size);
-  if (s.has_val) data::token_data_check_vocab(s.val_data, s.config.vocab_size);
-  if (o.packing == "off") {
-    const int32_t pad = s.train_data.pad;
-    FANOUT_CHECK(pad >= 0, "--packing off pads rows with [PAD], and the tokenizer (",
-                 tok.describe(), ") has none; use --packing on");
-    FANOUT_CHECK(s.config.vocab_size > pad, "--packing off pads with id ", pad,
-                 ", which needs a vocabulary of at least ", pad + 1, " tokens");
-    // Token files hold one stream: their documents are cut out of it (token_file.h).
-    if (s.train_data.from_bin) data::token_data_split_documents(s.train_data);
-    if (s.has_val && s.val_data.from_bin) data::token_data_split_documents(s.val_data);
-  }
+  train_data_load(o, s);
   // Constructing loaders checks that the data holds at least one batch.
   data::DataLoader train_loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle,
                                 o.seed, models::kIgnoreIndex);
@@ -426,10 +485,10 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     data::DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on", false, 0,
                      models::kIgnoreIndex);
   }
-  if (!o.trace.empty()) file_check_output(o.trace, "--trace");
   // --- the run directory
   if (o.out.empty()) o.out = timestamp_dir();
   if (s.ddp.is_main()) check_out_dir(o.out);
+  if (!o.trace.empty() && s.ddp.is_main()) check_trace(o);  // only rank 0 writes it
   // only rank 0 writes (and so checks) the run directory; --resume auto checked it already
   if (!s.resume && o.resume != "auto" && s.ddp.is_main()) {
     std::error_code ec;

@@ -28,11 +28,16 @@ struct Setup {
   std::vector<int64_t> chunk_sizes;
   int64_t micro_rows = 0;
   // The run's tokenizer: --tokenizer, else the resumed (or --init) checkpoint's, else
-  // the byte tokenizer. Text data is encoded with it, samples decoded, and each
-  // checkpoint carries it as tokenizer.json.
+  // the one `fanout prepare` left beside the token files, else the byte tokenizer.
+  // Text data is encoded with it, samples decoded, and each checkpoint carries it as
+  // tokenizer.json. `tokenizer_from` names where it came from ("" for bytes by
+  // default); `tokenizer_beside` is set when it was taken from beside the data.
   std::shared_ptr<const data::TextTokenizer> tokenizer;
+  std::string tokenizer_from;
+  bool tokenizer_beside = false;
   data::TokenData train_data, val_data;
   bool has_val = false, embedded = false;
+  int64_t held_out = 0;  // tokens of --data held out as val_data (--val-split), 0: none
   double unigram = 0;
   std::optional<Checkpoint> resume;
   std::string resume_dir;

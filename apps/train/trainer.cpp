@@ -2,6 +2,8 @@
 
 #include "apps/train/train_setup.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -24,6 +26,7 @@
 #include "apps/train/progress.h"
 #include "apps/train/run_dir.h"
 #include "apps/train/schedule.h"
+#include "apps/train/stop_signals.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/cuda_runtime.h"
@@ -39,37 +42,6 @@ namespace fanout::train {
 namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// Note [Stopping on a signal]: Ctrl-C (SIGINT) and SIGTERM (what kill, schedulers
-// and container runtimes send) both finish the step, write a checkpoint and exit
-// with 128 + the signal's number (130, 143). A second signal stops at once.
-std::atomic<int> g_stop_signal{0};
-extern "C" void on_stop_signal(int sig) {
-  g_stop_signal = sig;
-  std::signal(sig, SIG_DFL);
-}
-
-// Installs the handlers for the training loop and restores the previous ones.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    int_ = std::signal(SIGINT, on_stop_signal);
-    term_ = std::signal(SIGTERM, on_stop_signal);
-  }
-  ~StopSignals() { restore(); }
-  void restore() {
-    if (restored_) return;
-    std::signal(SIGINT, int_);
-    std::signal(SIGTERM, term_);
-    restored_ = true;
-  }
-
- private:
-  void (*int_)(int) = SIG_DFL;
-  void (*term_)(int) = SIG_DFL;
-  bool restored_ = false;
-};
 
 std::string memory_str(parallel::DataParallel& dp) {
   std::string out;
@@ -158,7 +130,14 @@ std::string sample_text(models::LlamaModel& model, const data::TextTokenizer& to
     out.push_back(next);
     if (i + 1 < max_len) logits = gen.feed({next});
   }
-  return data::terminal_text_escape(tokenizer.decode(out));
+  // Nothing to show is said, not printed as a blank line.
+  if (out.empty()) return "(empty: the model ended the text at once, [EOT] first)";
+  const std::string text = tokenizer.decode(out);
+  if (text.empty()) {
+    return "(empty: the model wrote only special tokens, " + std::to_string(out.size()) +
+           " of them, which decode to no text)";
+  }
+  return data::terminal_text_escape(text);
 }
 
 }  // namespace
@@ -267,7 +246,8 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
   if (s.resume && s.resume->state.best_step >= 0) {
     TrainOptions saved;
     train_options_merge(saved, s.resume->state.flags, {});
-    if (saved.val_data == o.val_data && saved.val_batches == o.val_batches) {
+    if (saved.val_data == o.val_data && saved.val_batches == o.val_batches &&
+        saved.val_split == o.val_split) {
       best_val = s.resume->state.best_val_loss;
       best_step = s.resume->state.best_step;
       evals_since_best = s.resume->state.evals_since_best;
@@ -351,14 +331,19 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
       static_cast<long long>(o.seq_len),
       o.grad_accum > 1 ? (" in " + std::to_string(o.grad_accum) + " micro-batches").c_str() : "",
       static_cast<long long>(start), static_cast<long long>(o.steps), s.train_data.path.c_str(),
-      static_cast<long long>(s.train_data.token_count()), o.out.c_str());
+      static_cast<long long>(s.train_data.token_count() + s.held_out), o.out.c_str());
   say(header);
   if (s.devices[0].is_cuda()) {
     std::string attention = "attention: ";
     attention += ops::attention_describe(s.devices[0], working);
     say(attention);
   }
-  if (!s.tokenizer->is_byte()) say("tokenizer: " + s.tokenizer->describe());
+  if (s.tokenizer_beside) {
+    say("tokenizer: " + s.tokenizer->describe() + " (" + s.tokenizer_from +
+        ", the one the data was prepared with)");
+  } else if (!s.tokenizer->is_byte()) {
+    say("tokenizer: " + s.tokenizer->describe());
+  }
   if (o.resume == "auto") {  // Note [Resume auto] in train_setup.cpp
     say(s.resume ? "resuming from " + s.resume_dir + " (step " +
                        std::to_string(s.resume->state.step) + ")"
@@ -380,7 +365,8 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
     }
   }
   if (!o.trace.empty()) Trace::global().set_enabled(true);
-  StopSignals signals;
+  // Note [Stopping on a signal] (stop_signals.cpp); fanout launch, the parent, passes signals on.
+  StopSignals signals(s.ddp.launcher == "fanout launch" ? ::getppid() : 0);
 
   std::string last_checkpoint = s.resume ? s.resume_dir : "";
   double last_loss = 0;
@@ -417,8 +403,8 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
       }
     });
     // Ranks agree on the loss and on stopping (a Ctrl-C seen by any rank).
-    double shared[3] = {loss_sum, g_stop_signal.load() == SIGINT ? 1.0 : 0.0,
-                        g_stop_signal.load() == SIGTERM ? 1.0 : 0.0};
+    double shared[3] = {loss_sum, signals.requested() == SIGINT ? 1.0 : 0.0,
+                        signals.requested() == SIGTERM ? 1.0 : 0.0};
     if (group) group->all_reduce_host(shared, 3);
     loss_sum = shared[0];
     const int stop_signal = shared[2] > 0 ? SIGTERM : shared[1] > 0 ? SIGINT : 0;
@@ -456,7 +442,10 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
     if (s.has_val && o.eval_every > 0 && step % o.eval_every == 0 && step != o.steps) {
       stop_early = on_eval(step);
     }
-    if ((o.save_every > 0 && step % o.save_every == 0) || interrupted) {
+    // The run's last step is saved as final/ just after the loop: a step-N of the
+    // same weights would be a second copy (an interrupted run writes no final/).
+    const bool last_step = step == o.steps || stop_early;
+    if ((o.save_every > 0 && step % o.save_every == 0 && !last_step) || interrupted) {
       last_checkpoint = save(checkpoint_step_name(step), step);
       // Only now that the new one is in place (checkpoint_rotation.h).
       if (main_rank) checkpoint_rotate(o.out, o.keep_last);
@@ -500,17 +489,22 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
     const double val = last_eval.loss;
     summary["val_loss"] = val;
     if (best_step >= 0) summary["best_val_loss"] = best_val, summary["best_step"] = best_step;
-    char line[256];
+    char line[256] = "";
     if (s.embedded) {
       std::snprintf(line, sizeof line,
                     "held-out loss %.3f nats/token vs %.3f for the corpus's unigram entropy "
                     "(a model that ignores context)",
                     val, s.unigram);
       summary["unigram_entropy"] = s.unigram;
-    } else {
-      std::snprintf(line, sizeof line, "held-out loss %.4f nats/token", val);
+    } else if (main_rank) {
+      // The training data's own unigram entropy (its first 2^27 tokens at most).
+      const double unigram = data::token_data_unigram_entropy(s.train_data, int64_t{1} << 27);
+      std::snprintf(line, sizeof line, "held-out loss %.3f nats/token vs %.3f for the unigram ",
+                    val, unigram);
+      summary["unigram_entropy"] = unigram;
     }
-    say(line);
+    say(s.embedded ? std::string(line)
+                   : line + ("entropy of " + o.data + " (a model that ignores context)"));
   }
   // zero3 keeps no whole model on any device: the sample runs on a copy.
   std::vector<float> whole;

@@ -44,12 +44,13 @@ double rel_diff(double a, double b) {
 TEST_CASE("train writes one metrics line per step with loss lr grad_norm speed and peak memory") {
   TrainFiles f;
   std::string out = f.dir / "run";
-  CliResult r = train_cli(tiny_run(f, out, {"--steps", "5", "--save-every", "0"}));
+  CliResult r =
+      train_cli(tiny_run(f, out, {"--steps", "5", "--save-every", "0", "--val-split", "0"}));
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.rc == 0);
   CHECK(r.err.empty());
   std::vector<nlohmann::json> lines = metrics_read(out + "/metrics.jsonl");
-  REQUIRE(lines.size() == 5);  // --data without --val-data: no held-out lines
+  REQUIRE(lines.size() == 5);  // nothing held out (--val-split 0): no held-out lines
   for (size_t i = 0; i < lines.size(); ++i) {
     const nlohmann::json& j = lines[i];
     CAPTURE(j.dump());
@@ -143,6 +144,30 @@ TEST_CASE("train with save-every N checkpoints every N steps and at the end") {
   CHECK(train::checkpoint_read(out + "/step-000003").state.step == 3);
   CHECK(train::checkpoint_read(out + "/step-000006").state.step == 6);
   CHECK(train::checkpoint_read(out + "/final").state.step == 7);
+}
+
+TEST_CASE("a run's last step is saved as final/ alone, and resume last and auto continue from it") {
+  TrainFiles f;
+  std::string out = f.dir / "run";
+  // The default --save-every (100), as `fanout train` with no flags saves.
+  CliResult r = train_cli(tiny_run(f, out, {"--steps", "200"}));
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(dir_list(out) ==
+        std::vector<std::string>{"curves.svg", "final", "metrics.jsonl", "step-000100"});
+  CHECK(train::checkpoint_read(out + "/final").state.step == 200);
+  CHECK(train::checkpoint_read(out + "/step-000100").state.step == 100);
+  r = train_cli({"--resume", "last", "--out", out, "--steps", "203", "--save-every", "1"});
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "resumed from " + out + "/final"));
+  CHECK(dir_list(out) == std::vector<std::string>{"curves.svg", "final", "metrics.jsonl",
+                                                  "step-000100", "step-000201", "step-000202"});
+  CHECK(train::checkpoint_read(out + "/final").state.step == 203);
+  r = train_cli({"--resume", "auto", "--out", out, "--steps", "204"});
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "resuming from " + out + "/final (step 203)"));
+  CHECK(train::checkpoint_read(out + "/final").state.step == 204);
+  CHECK(metrics_steps(out + "/metrics.jsonl").size() == 204);
 }
 
 TEST_CASE("train --json prints a summary object as the last stdout line") {

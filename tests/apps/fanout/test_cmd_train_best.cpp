@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/train/checkpoint.h"
 #include "apps/train/train_options.h"
 #include "tests/apps/fanout/train_util.h"
 
@@ -112,7 +113,8 @@ TEST_CASE("--save-best keeps the step of the lowest held-out loss, --keep-last t
 TEST_CASE("--early-stop stops after N evaluations without improvement and exits 0") {
   BestRun b;
   const std::string run = b.f.dir / "run";
-  CliResult r = train_cli(b.args(run, {"--steps", "60", "--early-stop", "2", "--json"}));
+  CliResult r =
+      train_cli(b.args(run, {"--steps", "60", "--early-stop", "2", "--save-every", "1", "--json"}));
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.rc == 0);
   const auto v = val_losses(run);
@@ -122,6 +124,9 @@ TEST_CASE("--early-stop stops after N evaluations without improvement and exits 
   CHECK(v.back().first == stop);  // nothing after the stop, and no second evaluation of it
   CHECK(has(r.out, "early stop at step " + std::to_string(stop) + ": "));
   CHECK(state_of(run + "/final")["step"].get<int64_t>() == stop);
+  // The step it stopped at is final/ alone, not also a step-N.
+  CHECK(fs::is_directory(run + "/" + train::checkpoint_step_name(stop - 1)));
+  CHECK(!fs::exists(run + "/" + train::checkpoint_step_name(stop)));
   CHECK(metrics_steps(run + "/metrics.jsonl").back()["step"].get<int64_t>() == stop);
   const nlohmann::json summary = last_json_line(r.out);
   CHECK(summary["steps"].get<int64_t>() == stop);
@@ -202,9 +207,10 @@ TEST_CASE("--val-batches caps the evaluation; --eval-batches is the same setting
 TEST_CASE("--save-best, --early-stop and --keep-last misuse is refused in one line") {
   TrainFiles f;
   const std::string out = f.dir / "run";
+  // --val-split 0: --data alone holds nothing out, so nothing to compare.
   const std::vector<std::string> base = {
-      "--config", f.config,    "--data", f.data,    "--devices", "cpu:0", "--batch-size",
-      "4",        "--seq-len", "16",     "--steps", "2",         "--out", out};
+      "--config",  f.config, "--data",  f.data, "--devices", "cpu:0", "--batch-size", "4",
+      "--seq-len", "16",     "--steps", "2",    "--out",     out,     "--val-split",  "0"};
   struct Case {
     std::vector<std::string> extra;
     std::string says;
