@@ -1,7 +1,14 @@
 #include "apps/data/terminal_text.h"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+
+#include "engine/core/number_text.h"
 
 namespace fanout::data {
 
@@ -67,6 +74,37 @@ std::string terminal_text_escape(std::string_view text) {
     }
   }
   return out;
+}
+
+size_t terminal_columns() {
+  constexpr size_t kNarrowest = 40, kFallback = 80;
+  size_t columns = 0;
+  const char* env = std::getenv("COLUMNS");
+  // The shared number rules, quietly: a stray COLUMNS is not the user's mistake here.
+  if (env != nullptr && number_problem(env, true, false, 0, 0, 1, 100000, 0).empty()) {
+    columns = std::stoul(canonical_whole_number(env));
+  } else if (struct winsize ws{}; ::isatty(STDOUT_FILENO) &&
+                                  ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+    columns = ws.ws_col;
+  } else {
+    columns = kFallback;
+  }
+  return std::max(columns, kNarrowest);
+}
+
+size_t display_width(std::string_view text) {
+  size_t width = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == 0x1b && i + 1 < text.size() && text[i + 1] == '[') {
+      // CSI: parameters and intermediates, then one final byte in 0x40..0x7e.
+      i += 2;
+      while (i < text.size() && !(text[i] >= 0x40 && text[i] <= 0x7e)) ++i;
+      continue;
+    }
+    if ((c & 0xC0) != 0x80) ++width;
+  }
+  return width;
 }
 
 }  // namespace fanout::data

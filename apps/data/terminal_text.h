@@ -3,7 +3,10 @@
 // hold terminal control sequences (ESC [ ... moves the cursor, clears the screen,
 // retitles the window) or bytes that are not UTF-8. Whatever the output is (a
 // terminal, a pipe, a file), generated text goes out through terminal_text_escape.
+// Tables and prose fit the terminal's width: terminal_columns says how wide it is,
+// display_width how wide a string shows.
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -16,5 +19,16 @@ namespace fanout::data {
 //   surrogates and code points past U+10FFFF included) -> U+FFFD, one per byte
 // Valid UTF-8 otherwise passes unchanged (a backslash too).
 std::string terminal_text_escape(std::string_view text);
+
+// The columns printed text should fit: $COLUMNS when it is a whole number (a shell
+// sets it for its own terminal), else the width of the terminal stdout is
+// (ioctl TIOCGWINSZ), else 80 (a pipe or a file). Never below 40: narrower, nothing
+// would fit anyway.
+size_t terminal_columns();
+
+// The columns `text` takes on a terminal: one per UTF-8 character (a lead byte or a
+// byte that is not UTF-8; continuation bytes add none), ANSI colour and cursor
+// sequences (ESC [ ... final byte) none. Wide CJK characters count one.
+size_t display_width(std::string_view text);
 
 }  // namespace fanout::data

@@ -1,7 +1,9 @@
-// `fanout bench`: the DataParallel modes on one model and global batch, one
-// table (tokens/s, speed-up over one device, step-time breakdown, peak bytes per
-// device), then each device's peak bytes per kind (params, grads, ...), optionally
-// as JSON. A mode that fails is a row saying why, the others still run, and the
+// `fanout bench`: the DataParallel modes on one model and global batch, each timed
+// step by step: one table (tokens/s from the median step and its spread, speed-up
+// over one device, step-time breakdown, bytes moved), a line when the spreads are
+// too wide to rank the modes, then each device's peak bytes per kind (params,
+// grads, ...), optionally as JSON. It fits the terminal's width (--wide: the full
+// table). A mode that fails is a row saying why, the others still run, and the
 // exit code says one failed. The ddp row and the PyTorch peers (--peers) live in
 // apps/presentation/bench_ddp.h and bench_peers.h. `fanout bench ops`: GFLOP/s of
 // the CPU matmul and attention kernels at a preset's shapes.
@@ -17,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/data/terminal_text.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/presentation/bench.h"
@@ -24,6 +27,9 @@
 #include "apps/presentation/bench_peers.h"
 #include "apps/presentation/bench_profile.h"
 #include "apps/presentation/bench_svg.h"
+#include "apps/presentation/bench_table.h"
+#include "apps/presentation/text_table.h"
+#include "apps/presentation/walkthrough_prose.h"
 #include "apps/train/ddp_env.h"
 #include "apps/train/device_memory.h"
 #include "apps/train/memory_check.h"
@@ -41,8 +47,10 @@ struct BenchArgs {
   std::string preset = "tiny", config_file, devices = "cpu:0,cpu:1", modes = "all", json, trace,
               svg;
   int64_t batch_size = 16, seq_len = 128;
-  int steps = 5, warmup = 1;
-  bool peers = false, mfu = false, kernels = false;
+  // At least `steps` timed steps and `min_seconds` of them per mode (BenchSetup).
+  int steps = presentation::BenchSetup{}.steps, warmup = 1;
+  double min_seconds = presentation::BenchSetup{}.min_seconds;
+  bool peers = false, mfu = false, kernels = false, wide = false;
   double bucket_mb = 25.0;
   // fp32, bf16 or both (every mode in each); the dtype gradient sums travel in.
   std::string precision = "both", grad_comm = "fp32";
@@ -56,41 +64,6 @@ struct BenchArgs {
 models::LlamaConfig config_of(const BenchArgs& a) {
   return a.config_file.empty() ? models::llama_preset(a.preset)
                                : models::llama_config_load(a.config_file);
-}
-
-// "zero3", "zero3 bf16".
-std::string row_label(const presentation::BenchResult& r) {
-  return r.mode + (r.precision == "bf16" ? " bf16" : "");
-}
-
-// "1.73x", or "-" without a baseline.
-std::string speedup_str(double tokens_per_s, double base) {
-  char buf[32] = "-";
-  if (base > 0) std::snprintf(buf, sizeof buf, "%.2fx", tokens_per_s / base);
-  return buf;
-}
-
-// One row of the table; a failed row says why in place of its figures. `base`:
-// the baseline's tokens/s (0 when it failed: no speed-ups).
-void print_row(const presentation::BenchResult& r, double base) {
-  const std::string label = row_label(r);
-  if (!r.failed.empty()) {
-    std::printf("%-24s %10s  %s\n", label.c_str(), "failed", r.failed.c_str());
-    return;
-  }
-  const parallel::PhaseTimes& p = r.phases;
-  auto ms = [](double s) { return s * 1e3; };
-  std::printf("%-24s %10.0f %8s %8.1f  %7.1f %7.1f %7.1f %7.1f %7.1f %8.1f %7.1f %7.1f  %9s %9s  ",
-              label.c_str(), r.tokens_per_s, speedup_str(r.tokens_per_s, base).c_str(),
-              ms(r.step_s), ms(p.scatter), ms(p.replicate), ms(p.forward), ms(p.gather), ms(p.loss),
-              ms(p.backward), ms(p.reduce), ms(p.optimizer),
-              bytes_str(static_cast<size_t>(r.comm.replicate)).c_str(),
-              bytes_str(static_cast<size_t>(r.comm.reduce)).c_str());
-  for (size_t i = 0; i < r.peaks.size(); ++i) {
-    std::printf("%s%s %s", i ? ", " : "", r.peaks[i].device.c_str(),
-                bytes_str(r.peaks[i].peak_bytes).c_str());
-  }
-  std::printf("\n");
 }
 
 // Runs one row; whatever it throws becomes the row's reason, and the bench goes on.
@@ -118,14 +91,15 @@ std::string exact_str(double v) {
 
 // What every rank of the ddp row gets besides its device and --json.
 std::vector<std::string> worker_flags(const BenchArgs& a, const std::string& precision) {
-  std::vector<std::string> flags = {"--batch-size", std::to_string(a.batch_size),
-                                    "--seq-len",    std::to_string(a.seq_len),
-                                    "--steps",      std::to_string(a.steps),
-                                    "--warmup",     std::to_string(a.warmup),
-                                    "--bucket-mb",  exact_str(a.bucket_mb),
-                                    "--precision",  precision,
-                                    "--grad-comm",  a.grad_comm,
-                                    "--attention",  a.attention};
+  std::vector<std::string> flags = {"--batch-size",  std::to_string(a.batch_size),
+                                    "--seq-len",     std::to_string(a.seq_len),
+                                    "--steps",       std::to_string(a.steps),
+                                    "--warmup",      std::to_string(a.warmup),
+                                    "--min-seconds", exact_str(a.min_seconds),
+                                    "--bucket-mb",   exact_str(a.bucket_mb),
+                                    "--precision",   precision,
+                                    "--grad-comm",   a.grad_comm,
+                                    "--attention",   a.attention};
   if (a.config_file.empty()) {
     flags.insert(flags.end(), {"--preset", a.preset});
   } else {
@@ -154,6 +128,7 @@ int run_bench_worker(const BenchArgs& a) {
   }
   setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
   setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
+  setup.min_seconds = a.min_seconds;
   setup.working = a.precision == "bf16" ? DType::bf16 : DType::f32;
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
   train::attention_apply(a.attention, setup.working, setup.devices);
@@ -226,6 +201,7 @@ int run_bench(const BenchArgs& given) {
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
   setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
   setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
+  setup.min_seconds = a.min_seconds;
   FANOUT_CHECK(a.bucket_mb > 0, "--bucket-mb must be positive, got ", a.bucket_mb);
   FANOUT_CHECK(a.seq_len <= setup.config.max_position_embeddings, "--seq-len ", a.seq_len,
                " exceeds max_position_embeddings ", setup.config.max_position_embeddings);
@@ -236,32 +212,45 @@ int run_bench(const BenchArgs& given) {
   const int64_t share =
       train::memory_largest_share(a.batch_size, static_cast<int64_t>(setup.devices.size()));
 
-  std::printf(
-      "fanout bench: %lld parameters, global batch %lld x %lld, %d steps after %d "
-      "warm-up, devices %s\n",
+  // Fitted to the terminal (--wide: one full line per mode); prose wraps under an indent.
+  const size_t width = a.wide ? 0 : data::terminal_columns();
+  auto say = [&](const std::string& text) {
+    std::fputs(presentation::text_wrap(text, width, "  ").c_str(), stdout);
+  };
+  say(presentation::walk::strf(
+      "fanout bench: %lld parameters, global batch %lld x %lld, devices %s; each mode "
+      "timed step by step after %d warm-up, at least %d steps and %g s",
       static_cast<long long>(setup.config.num_parameters()), static_cast<long long>(a.batch_size),
-      static_cast<long long>(a.seq_len), a.steps, a.warmup, devices_str(setup.devices).c_str());
+      static_cast<long long>(a.seq_len), devices_str(setup.devices).c_str(), a.warmup, a.steps,
+      a.min_seconds));
   std::string flags;
   for (const presentation::BenchMode& m : modes)
     flags += (flags.empty() ? "" : "; ") + m.name + " = " + presentation::bench_mode_flags(m);
-  std::printf("modes as fanout train flags: %s\n", flags.c_str());
-  std::printf("%-24s %10s %8s %8s  %7s %7s %7s %7s %7s %8s %7s %7s  %9s %9s  %s\n", "mode",
-              "tokens/s", "speed-up", "step ms", "scatter", "replic.", "forward", "gather", "loss",
-              "backward", "reduce", "optim.", "sent/step", "sums/step", "peak bytes per device");
+  say("modes as fanout train flags: " + flags);
+  const std::vector<std::string> precisions = precisions_of(a);
+  const std::string base_label = "1 device (" + setup.devices[0].str() + ")";
+  // Every row's label before any runs, so that the rows line up as they print.
+  std::vector<std::string> labels = {base_label, "PyTorch peer"};
+  for (const std::string& precision : precisions) {
+    for (const presentation::BenchMode& m : modes) {
+      labels.push_back((m.name == "ddp" ? presentation::bench_ddp_label(setup.devices) : m.name) +
+                       (precision == "bf16" ? " bf16" : ""));
+    }
+  }
+  const presentation::BenchTable table = presentation::bench_table(labels, width);
+  std::fputs(presentation::bench_table_head(table).c_str(), stdout);
   std::fflush(stdout);
   // One device, whole batch, fp32: the baseline every speed-up is measured against.
   presentation::BenchSetup one = setup;
   one.devices = {setup.devices[0]};
-  const std::string base_label = "1 device (" + setup.devices[0].str() + ")";
   presentation::BenchResult base = run_row(base_label, "fp32", [&] {
     presentation::BenchResult r =
         presentation::bench_mode(one, presentation::bench_modes_parse("dp")[0]);
     r.mode = base_label;
     return r;
   });
-  print_row(base, base.tokens_per_s);
+  std::fputs(presentation::bench_table_row(table, base, base.tokens_per_s).c_str(), stdout);
   std::vector<presentation::BenchResult> results;
-  const std::vector<std::string> precisions = precisions_of(a);
   const std::string fanout = self_binary();
   for (const std::string& precision : precisions) {
     presentation::BenchSetup ps = setup;
@@ -281,25 +270,24 @@ int run_bench(const BenchArgs& given) {
         }
         return presentation::bench_mode(ps, m);
       }));
-      print_row(results.back(), base.tokens_per_s);
+      std::fputs(presentation::bench_table_row(table, results.back(), base.tokens_per_s).c_str(),
+                 stdout);
       std::fflush(stdout);
     }
   }
   std::vector<presentation::PeerRow> peers;
   if (a.peers) peers = run_peers(a, setup.devices);
-  for (const auto& p : peers) {
-    if (p.status == "ok") {
-      std::printf("%-24s %10.0f %8s   %s\n", "PyTorch peer", p.tokens_per_s,
-                  speedup_str(p.tokens_per_s, base.tokens_per_s).c_str(), p.label.c_str());
-    } else {
-      std::printf("%-24s %10s  %s: %s\n", "PyTorch peer", p.status.c_str(), p.label.c_str(),
-                  p.reason.c_str());
-    }
-  }
+  for (const auto& p : peers)
+    std::fputs(presentation::bench_table_peer(table, p, base.tokens_per_s).c_str(), stdout);
   // What ran, for the summaries, the memory table and the picture.
   std::vector<presentation::BenchResult> ran;
   for (const auto& r : results)
     if (r.failed.empty()) ran.push_back(r);
+  std::vector<presentation::BenchResult> ranked = {base};
+  ranked.insert(ranked.end(), results.begin(), results.end());
+  std::fputs(presentation::bench_phase_table(table, ranked).c_str(), stdout);
+  if (width > 0) std::printf("\n");
+  std::fputs(presentation::bench_ranking_line(ranked, width).c_str(), stdout);
   // The ratios the comparison is about, each from this one run.
   auto best_of = [&](const std::string& precision) {
     const presentation::BenchResult* best = nullptr;
@@ -316,32 +304,35 @@ int run_bench(const BenchArgs& given) {
   for (const std::string& precision : precisions) {
     const presentation::BenchResult* best = best_of(precision);
     if (!best) continue;
-    std::printf("fanout %s best: %s, %.0f tokens/s", precision.c_str(), best->mode.c_str(),
-                best->tokens_per_s);
+    std::string line = presentation::walk::strf(
+        "fanout %s best: %s, %.0f tokens/s %s", precision.c_str(), best->mode.c_str(),
+        best->tokens_per_s, presentation::step_times_spread_str(best->step).c_str());
     if (const presentation::PeerRow* p = peer_of(precision))
-      std::printf(" = %.2fx PyTorch DDP %s", best->tokens_per_s / p->tokens_per_s,
-                  precision == "bf16" ? "bf16 autocast" : "fp32");
+      line +=
+          presentation::walk::strf(" = %.2fx PyTorch DDP %s", best->tokens_per_s / p->tokens_per_s,
+                                   precision == "bf16" ? "bf16 autocast" : "fp32");
     const presentation::BenchResult* f32 = best_of("fp32");
     if (precision == "bf16" && f32)
-      std::printf(" = %.2fx fanout fp32 best", best->tokens_per_s / f32->tokens_per_s);
-    std::printf("\n");
+      line += presentation::walk::strf(" = %.2fx fanout fp32 best",
+                                       best->tokens_per_s / f32->tokens_per_s);
+    say(line);
   }
-  const nlohmann::json mfu =
-      a.mfu ? presentation::bench_mfu_report(setup, ran, precisions) : nlohmann::json::array();
-  const nlohmann::json kernels =
-      a.kernels ? presentation::bench_kernels_report(setup, precisions) : nlohmann::json::array();
+  const nlohmann::json mfu = a.mfu ? presentation::bench_mfu_report(setup, ran, precisions, width)
+                                   : nlohmann::json::array();
+  const nlohmann::json kernels = a.kernels
+                                     ? presentation::bench_kernels_report(setup, precisions, width)
+                                     : nlohmann::json::array();
   std::vector<presentation::BenchResult> memory_rows;
   if (base.failed.empty()) memory_rows.push_back(base);
   memory_rows.insert(memory_rows.end(), ran.begin(), ran.end());
-  std::printf(
-      "\npeak bytes per device in the timed steps, by kind (each kind's own peak; total: "
-      "all kinds at once)\n%s",
-      presentation::bench_memory_table(memory_rows).c_str());
+  std::printf("\n");
+  say("peak bytes per device in the timed steps, by kind (each kind's own peak; total: all kinds "
+      "at once)");
+  std::fputs(presentation::bench_memory_table(memory_rows, width).c_str(), stdout);
   if (!a.trace.empty()) {
     Trace::global().set_enabled(false);
     Trace::global().write(a.trace);
-    std::printf("trace of %s written to %s (open in ui.perfetto.dev)\n", modes.back().name.c_str(),
-                a.trace.c_str());
+    say("trace of " + modes.back().name + " written to " + a.trace + " (open in ui.perfetto.dev)");
   }
   // Speed-ups over the baseline; none where it failed.
   const double base_tps = base.failed.empty() ? base.tokens_per_s : 0;
@@ -349,7 +340,8 @@ int run_bench(const BenchArgs& given) {
   if (!a.svg.empty()) {
     std::vector<presentation::SvgRow> rows;
     for (const auto& r : memory_rows)
-      rows.push_back({row_label(r), r.tokens_per_s, speedup(r.tokens_per_s), true, r.phases});
+      rows.push_back({presentation::bench_row_label(r), r.tokens_per_s, speedup(r.tokens_per_s),
+                      true, r.phases});
     for (const auto& p : peers) {
       if (p.status == "ok")
         rows.push_back({p.label, p.tokens_per_s, speedup(p.tokens_per_s), false, {}});
@@ -361,7 +353,7 @@ int run_bench(const BenchArgs& given) {
     file_write_atomic(a.svg,
                       presentation::bench_svg("fanout bench: data-parallel modes", subtitle, rows),
                       "--svg");
-    std::printf("picture written to %s\n", a.svg.c_str());
+    say("picture written to " + a.svg);
   }
   if (!a.json.empty()) {
     nlohmann::json rows = nlohmann::json::array();
@@ -381,12 +373,14 @@ int run_bench(const BenchArgs& given) {
                           {"batch_size", a.batch_size},
                           {"seq_len", a.seq_len},
                           {"steps", a.steps},
+                          {"min_seconds", a.min_seconds},
+                          {"warmup", a.warmup},
                           {"devices", devices_str(setup.devices)},
                           {"results", rows}};
     if (a.mfu) doc["mfu"] = mfu;
     if (a.kernels) doc["kernels"] = kernels;
     file_write_atomic(a.json, doc.dump(2) + "\n", "--json");
-    std::printf("figures written to %s\n", a.json.c_str());
+    say("figures written to " + a.json);
   }
   // A failed fanout row fails the bench (after every other row ran and was written);
   // a skipped or failed PyTorch peer does not.
@@ -394,7 +388,7 @@ int run_bench(const BenchArgs& given) {
   int n_failed = 0;
   auto note = [&](const presentation::BenchResult& r) {
     if (r.failed.empty()) return;
-    failed += (failed.empty() ? "" : ", ") + row_label(r);
+    failed += (failed.empty() ? "" : ", ") + presentation::bench_row_label(r);
     ++n_failed;
   };
   note(base);
@@ -460,7 +454,14 @@ Command add_bench_command(CLI::App& app) {
             ""));
   };
   auto timing = [a](CLI::App* c) {
-    add_number(c, "--steps", a->steps, "Timed steps", 1, kMaxSteps);
+    add_number(c, "--steps", a->steps,
+               "Timed steps per mode, at least (each timed alone: the table shows their median "
+               "and spread)",
+               1, kMaxSteps);
+    add_number(c, "--min-seconds", a->min_seconds,
+               "Time each mode for at least this long too (more steps if need be), so that a "
+               "moment's load on the machine does not decide the ranking",
+               0.0, 86400.0);
     add_number(c, "--warmup", a->warmup, "Untimed steps first", 0, kMaxSteps);
     // 0 passes the range check and is refused with a message of its own (> 0).
     add_number(c, "--bucket-mb", a->bucket_mb, "Gradient bucket size for dp-overlap and ddp", 0.0,
@@ -502,6 +503,9 @@ Command add_bench_command(CLI::App& app) {
                 "rest: copies, communication and launch gaps)");
   cmd->add_option("--svg", a->svg, "Draw throughput and the step-time breakdown as an SVG");
   cmd->add_option("--trace", a->trace, "Write a Chrome/Perfetto trace of the last mode's steps");
+  cmd->add_flag("--wide", a->wide,
+                "One line per mode with every figure, however wide (by default the output "
+                "fits the terminal, 80 columns when it is not one)");
   auto* ops = cmd->add_subcommand("ops", "GFLOP/s of the CPU matmul and attention kernels");
   common(ops);
   ops->add_option("--device", a->op_device, "A CPU device")->capture_default_str();
@@ -521,9 +525,9 @@ Command add_bench_command(CLI::App& app) {
     if (!cmd->parsed()) return -1;
     if (ops->parsed()) {
       // `fanout bench --json x ops` would otherwise accept flags that ops never reads.
-      for (const char* flag :
-           {"--devices", "--modes", "--steps", "--warmup", "--bucket-mb", "--json", "--peers",
-            "--svg", "--trace", "--precision", "--grad-comm", "--mfu", "--kernels"}) {
+      for (const char* flag : {"--devices", "--modes", "--steps", "--min-seconds", "--warmup",
+                               "--bucket-mb", "--json", "--peers", "--svg", "--trace",
+                               "--precision", "--grad-comm", "--mfu", "--kernels", "--wide"}) {
         FANOUT_CHECK(cmd->count(flag) == 0, flag, " does not apply to fanout bench ops");
       }
       return run_bench_ops(*a);

@@ -2,7 +2,8 @@
 // Llama (dp-output, dp, dp-overlap, zero1, zero2, zero3: bench's and train's
 // names) with the engine's real numbers, an ASCII timeline per mode, a Perfetto
 // trace of all of it, a ddp step (computed), what bf16 mixed precision and bf16
-// gradient sums change (measured bytes), and the modes' warm step times.
+// gradient sums change (measured bytes), and the modes' warm step times; fitted
+// to the terminal's width (--wide: prose at 110 columns, tables whole).
 
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "apps/data/terminal_text.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "apps/presentation/walkthrough.h"
@@ -27,7 +29,7 @@ struct WalkthroughArgs {
   std::string devices, trace = "walkthrough-trace.json";
   int64_t batch_size = 5, seq_len = 32;
   int steps = 2, timed_steps = 5;
-  bool no_color = false;
+  bool no_color = false, wide = false;
 };
 
 // Every GPU when there are several; one GPU twice (two replicas, two streams) when
@@ -56,6 +58,7 @@ int run_walkthrough(const WalkthroughArgs& a, bool devices_given) {
   file_check_output(a.trace, "--trace");
   o.trace_path = a.trace;
   o.color = !a.no_color && isatty(fileno(stdout)) && std::getenv("NO_COLOR") == nullptr;
+  o.width = a.wide ? 0 : data::terminal_columns();
   presentation::walkthrough_run(o, std::cout);
   std::cout.flush();
   return 0;
@@ -80,6 +83,9 @@ Command add_walkthrough_command(CLI::App& app) {
              static_cast<int>(train::kMaxCount));
   cmd->add_option("--trace", a->trace, "Where to write the Perfetto trace")->capture_default_str();
   cmd->add_flag("--no-color", a->no_color, "Plain text, no ANSI colours");
+  cmd->add_flag("--wide", a->wide,
+                "Prose at 110 columns and every table whole (by default the output fits the "
+                "terminal, 80 columns when it is not one)");
   return [cmd, a]() -> int {
     if (!cmd->parsed()) return -1;
     return run_walkthrough(*a, cmd->count("--devices") > 0);

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <random>
 #include <sstream>
 
+#include "apps/presentation/text_table.h"
 #include "apps/presentation/walkthrough_prose.h"
 #include "apps/train/loss_functions.h"
 #include "apps/train/memory_check.h"
@@ -112,6 +114,8 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
                "benchmark sizes must be positive");
   FANOUT_CHECK(setup.steps <= std::numeric_limits<int>::max() - setup.warmup,
                "--steps + --warmup is too large");
+  FANOUT_CHECK(std::isfinite(setup.min_seconds) && setup.min_seconds >= 0,
+               "--min-seconds must be 0 or more, got ", setup.min_seconds);
   // ddp: this process holds all token ids but only its rows' activations (its
   // share is a lower bound of the whole, as the check wants).
   const int64_t my_rows = std::max<int64_t>(1, setup.ddp.rows_of(setup.batch_size).second);
@@ -158,10 +162,14 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
     dp.params_from_host(models::LlamaModel::random_params(config, 1).data());
     ops::AdamWConfig adam;
     train::Optimizer opt(dp, train::decay_runs(models::LlamaLayout(config)), adam);
+    // Each timed step's seconds: their median is the mode's figure, their quartiles
+    // its spread. Timed steps go on until there are `steps` and `min_seconds` of them.
+    std::vector<double> timed;
     double elapsed = 0;
     parallel::PhaseTimes total;
     parallel::CommBytes bytes;
-    for (int s = 0; s < setup.warmup + setup.steps; ++s) {
+    int s = 0;
+    for (bool more = true; more; ++s) {
       if (s == setup.warmup) {
         for (const Device& d : distinct) allocator_for(d).reset_peak();
       }
@@ -172,14 +180,21 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
       dp.reduce_gradients();
       opt.step(s + 1, adam.lr, 1.0);
       double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-      double sums[2] = {st.loss_sum, static_cast<double>(st.count)};
-      if (setup.group) setup.group->all_reduce_host(sums, 2);
-      result.last_loss = sums[0] / sums[1];
-      if (s >= setup.warmup) {
-        elapsed += secs, total += dp.last_times();
+      const bool is_timed = s >= setup.warmup;
+      if (is_timed) {
+        timed.push_back(secs), elapsed += secs, total += dp.last_times();
         parallel::CommBytes b = dp.comm_bytes();
         bytes.replicate += b.replicate, bytes.reduce += b.reduce;
       }
+      // Whether this rank wants another step; summed, so every ddp rank stops
+      // after the same step (a rank that stopped alone would leave the others
+      // waiting in a collective).
+      const bool want =
+          !is_timed || static_cast<int>(timed.size()) < setup.steps || elapsed < setup.min_seconds;
+      double sums[3] = {st.loss_sum, static_cast<double>(st.count), want ? 1.0 : 0.0};
+      if (setup.group) setup.group->all_reduce_host(sums, 3);
+      result.last_loss = sums[0] / sums[1];
+      more = sums[2] > 0;
     }
     // The profiled step: twice, the first filling the profile's event pool (which
     // would otherwise be made inside the step it measures).
@@ -189,14 +204,17 @@ BenchResult bench_mode(const BenchSetup& setup, const BenchMode& mode) {
       dp.zero_grad();
       dp.forward_backward(batch, models::kIgnoreIndex, n);
       dp.reduce_gradients();
-      opt.step(setup.warmup + setup.steps + p + 1, adam.lr, 1.0);
+      opt.step(s + p + 1, adam.lr, 1.0);
       result.kernels = op_profile_stop();
       result.kernels_step_s = std::chrono::duration<double>(Clock::now() - t0).count();
     }
-    result.comm = {bytes.replicate / setup.steps, bytes.reduce / setup.steps};
-    result.step_s = elapsed / setup.steps;
-    result.tokens_per_s = static_cast<double>(n) * setup.steps / elapsed;  // the global batch
-    result.phases = scaled(total, 1.0 / setup.steps);
+    const double k = static_cast<double>(timed.size());
+    result.comm = {bytes.replicate / static_cast<int64_t>(timed.size()),
+                   bytes.reduce / static_cast<int64_t>(timed.size())};
+    result.step = step_times_summarize(timed);
+    result.step_s = result.step.median;
+    result.tokens_per_s = static_cast<double>(n) / result.step_s;  // the global batch
+    result.phases = scaled(total, 1.0 / k);
     for (const Device& d : distinct) {
       AllocatorStats st = allocator_for(d).stats();
       DevicePeak p{d.str(), st.total.peak, {}};
@@ -240,10 +258,19 @@ double bench_memory_ratio(const BenchResult& r, const BenchResult& base) {
          static_cast<double>(base.peaks[0].peak_bytes);
 }
 
-std::string bench_memory_table(const std::vector<BenchResult>& rows) {
-  std::string out = walk::strf("%-24s %-16s", "mode", "device");
-  for (MemTag t : bench_memory_kinds()) out += walk::strf(" %11s", mem_tag_name(t));
-  out += walk::strf(" %11s  %s\n", "total", "vs dp");
+std::string bench_memory_table(const std::vector<BenchResult>& rows, size_t width) {
+  // --wide: the kinds in allocator order, then the total and the ratio; narrower,
+  // the total and the ratio first, so that the first block holds what a row is about.
+  TextTable t;
+  t.keys = 2;
+  t.columns = {{"mode", width ? 0u : 24u, true}, {"device", width ? 0u : 16u, true}};
+  std::vector<TextColumn> kinds;
+  for (MemTag tag : bench_memory_kinds()) kinds.push_back({mem_tag_name(tag), width ? 0u : 11u});
+  const std::vector<TextColumn> totals = {{"total", width ? 0u : 11u}, {" vs dp", 0, true}};
+  t.columns.insert(t.columns.end(), width ? totals.begin() : kinds.begin(),
+                   width ? totals.end() : kinds.end());
+  t.columns.insert(t.columns.end(), width ? kinds.begin() : totals.begin(),
+                   width ? kinds.end() : totals.end());
   std::vector<std::string> precisions;
   for (const BenchResult& r : rows) {
     if (std::find(precisions.begin(), precisions.end(), r.precision) == precisions.end())
@@ -252,22 +279,31 @@ std::string bench_memory_table(const std::vector<BenchResult>& rows) {
     const size_t top = largest_device(r);
     for (size_t i = 0; i < r.peaks.size(); ++i) {
       const DevicePeak& p = r.peaks[i];
-      out += walk::strf("%-24s %-16s", i ? "" : label_of(r).c_str(), p.device.c_str());
-      for (MemTag t : bench_memory_kinds()) out += walk::strf(" %11s", bytes_str(p.tag(t)).c_str());
-      out += walk::strf(" %11s", bytes_str(p.peak_bytes).c_str());
-      if (i == top) out += base ? walk::strf("  %.2fx", bench_memory_ratio(r, *base)) : "  -";
-      out += "\n";
+      std::vector<std::string> by_kind;
+      for (MemTag tag : bench_memory_kinds()) by_kind.push_back(bytes_str(p.tag(tag)));
+      std::string ratio = i != top ? ""
+                          : base   ? walk::strf(" %.2fx", bench_memory_ratio(r, *base))
+                                   : " -";
+      std::vector<std::string> cells = {i ? "" : label_of(r), p.device};
+      const std::vector<std::string> total = {bytes_str(p.peak_bytes), ratio};
+      cells.insert(cells.end(), width ? total.begin() : by_kind.begin(),
+                   width ? total.end() : by_kind.end());
+      cells.insert(cells.end(), width ? by_kind.begin() : total.begin(),
+                   width ? by_kind.end() : total.end());
+      t.rows.push_back({cells, ""});
     }
   }
+  std::string out = text_table_render(t, width);
   for (const std::string& precision : precisions) {
     const BenchResult* base = bench_memory_baseline(rows, precision);
-    out += base ? walk::strf(
-                      "vs dp (%s): a mode's largest device total / dp's %s total, %s (whole "
-                      "weights, gradients and AdamW state)\n",
-                      precision.c_str(), base->peaks[0].device.c_str(),
-                      bytes_str(base->peaks[0].peak_bytes).c_str())
-                : walk::strf("vs dp (%s): no ratio, dp did not run in %s\n", precision.c_str(),
-                             precision.c_str());
+    out += text_wrap(
+        base ? walk::strf("vs dp (%s): a mode's largest device total / dp's %s total, %s (whole "
+                          "weights, gradients and AdamW state)",
+                          precision.c_str(), base->peaks[0].device.c_str(),
+                          bytes_str(base->peaks[0].peak_bytes).c_str())
+             : walk::strf("vs dp (%s): no ratio, dp did not run in %s", precision.c_str(),
+                          precision.c_str()),
+        width, "  ");
   }
   return out;
 }
@@ -297,6 +333,10 @@ nlohmann::json bench_row_json(const BenchResult& r, double base_tps,
           {"tokens_per_s", r.tokens_per_s},
           {"speedup", base_tps > 0 ? nlohmann::json(r.tokens_per_s / base_tps) : nlohmann::json()},
           {"step_s", r.step_s},
+          {"step_s_q1", r.step.q1},
+          {"step_s_q3", r.step.q3},
+          {"spread", step_times_spread(r.step)},
+          {"timed_steps", r.step.samples},
           {"phases_s", bench_phases_json(r.phases)},
           {"peak_bytes", peaks},
           {"peak_bytes_by_kind", by_kind},

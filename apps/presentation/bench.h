@@ -1,8 +1,9 @@
 #pragma once
 // Benchmarks shared by `fanout bench` and the walkthrough: one training mode of
-// the DataParallel engine timed on a synthetic batch (tokens/s, the step-time
-// breakdown, peak bytes per device and per kind), the memory table that
-// compares the modes' peaks, and the CPU op micro-benchmark.
+// the DataParallel engine timed step by step on a synthetic batch (the median
+// step and its spread, tokens/s, the step-time breakdown, peak bytes per device
+// and per kind), the memory table that compares the modes' peaks, and the CPU op
+// micro-benchmark.
 
 #include <array>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/presentation/step_times.h"
 #include "apps/train/ddp_env.h"
 #include "engine/core/allocator.h"
 #include "engine/core/op_profile.h"
@@ -56,7 +58,10 @@ DevicePeak device_peak_from_json(const nlohmann::json& j);
 struct BenchResult {
   std::string mode, devices;
   std::string precision = "fp32", grad_comm = "fp32";
+  // tokens/s and step_s from the median timed step; step: every timed step's
+  // seconds summarised (its quartiles give the spread).
   double tokens_per_s = 0, step_s = 0, last_loss = 0;
+  StepTimes step;
   parallel::PhaseTimes phases;  // mean seconds per step
   parallel::CommBytes comm;     // mean bytes per step, from the engine's counters
   std::vector<DevicePeak> peaks;
@@ -76,7 +81,14 @@ struct BenchSetup {
   train::DdpEnv ddp;
   parallel::ProcessGroup* group = nullptr;
   int64_t batch_size = 16, seq_len = 128;
-  int steps = 5, warmup = 1;
+  // After `warmup` untimed steps, timed steps until at least `steps` of them and
+  // at least `min_seconds` of their time (one machine's load varies over seconds:
+  // a few steps measure the moment, not the mode). Under ddp the ranks agree on
+  // when to stop.
+  // The defaults: a default `fanout bench` (15 rows) takes about 20 s on a busy
+  // 2-core machine.
+  int steps = 8, warmup = 1;
+  double min_seconds = 0.5;
   double bucket_mb = 25.0;
   // The replicas' working dtype (bf16: mixed precision) and the gradient sums'.
   DType working = DType::f32, grad_comm = DType::f32;
@@ -101,15 +113,18 @@ double bench_memory_ratio(const BenchResult& r, const BenchResult& base);
 // One row per result and device: its label, the device, the peak of each kind and
 // the total; on the row of a result's largest device, the ratio to the baseline
 // of its precision ("-" where there is none); then a line naming the baselines.
-std::string bench_memory_table(const std::vector<BenchResult>& rows);
+// Fitted to `width` columns (text_table.h; 0: --wide, one block as before).
+std::string bench_memory_table(const std::vector<BenchResult>& rows, size_t width = 0);
 
 // --- JSON -----------------------------------------------------------------------
 
 // {"scatter": seconds, "replicate": ..., "optimizer": ...}
 nlohmann::json bench_phases_json(const parallel::PhaseTimes& p);
-// One row of `fanout bench --json`: "status": "ok" with the figures (the speed-up
-// over `base_tps`, null when that is 0; memory_vs_dp against dp in the row's
-// precision among `ran`, the rows that ran), or "status": "failed" with "reason".
+// One row of `fanout bench --json`: "status": "ok" with the figures (tokens_per_s
+// and step_s from the median step, step_s_q1 and step_s_q3 its quartiles, spread
+// half their distance over the median, timed_steps; the speed-up over `base_tps`,
+// null when that is 0; memory_vs_dp against dp in the row's precision among
+// `ran`, the rows that ran), or "status": "failed" with "reason".
 nlohmann::json bench_row_json(const BenchResult& r, double base_tps,
                               const std::vector<BenchResult>& ran);
 

@@ -49,6 +49,9 @@ std::vector<std::string> bench_ddp_launch_args(const std::vector<Device>& device
 nlohmann::json bench_result_json(const BenchResult& r) {
   nlohmann::json peaks = nlohmann::json::array();
   for (const auto& p : r.peaks) peaks.push_back(device_peak_json(p));
+  // The timed steps summarised: samples, median, q1, q3, min, max (seconds).
+  const nlohmann::json steps = {r.step.samples, r.step.median, r.step.q1,
+                                r.step.q3,      r.step.min,    r.step.max};
   return {{"mode", r.mode},
           {"devices", r.devices},
           {"precision", r.precision},
@@ -56,6 +59,7 @@ nlohmann::json bench_result_json(const BenchResult& r) {
           {"comm_bytes_per_step", {{"replicate", r.comm.replicate}, {"reduce", r.comm.reduce}}},
           {"tokens_per_s", r.tokens_per_s},
           {"step_s", r.step_s},
+          {"step_times", steps},
           {"phases_s", bench_phases_json(r.phases)},
           {"peaks", peaks},
           {"last_loss", r.last_loss}};
@@ -131,6 +135,8 @@ BenchResult bench_ddp_run(const std::string& fanout, const std::vector<Device>& 
       const auto& p = j["phases_s"];
       r.phases = {p["scatter"], p["replicate"], p["forward"], p["gather"],
                   p["loss"],    p["backward"],  p["reduce"],  p["optimizer"]};
+      const auto& t = j["step_times"];
+      r.step = {t[0], t[1], t[2], t[3], t[4], t[5]};
     }
     for (const auto& peak : j["peaks"]) {
       r.peaks.push_back(device_peak_from_json(peak));  // with each kind's peak

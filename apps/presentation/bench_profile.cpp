@@ -7,6 +7,8 @@
 #include <set>
 #include <vector>
 
+#include "apps/presentation/text_table.h"
+#include "apps/presentation/walkthrough_prose.h"
 #include "engine/core/check.h"
 #include "engine/core/flat.h"
 #include "engine/core/stream.h"
@@ -114,7 +116,7 @@ nlohmann::json bench_kernels_json(const BenchResult& r) {
 }
 
 nlohmann::json bench_mfu_report(const BenchSetup& setup, const std::vector<BenchResult>& ran,
-                                const std::vector<std::string>& precisions) {
+                                const std::vector<std::string>& precisions, size_t width) {
   std::set<std::string> distinct;
   for (const Device& d : setup.devices) distinct.insert(d.str());
   const double per_token = model_flops_per_token(setup.config, setup.seq_len);
@@ -127,8 +129,12 @@ nlohmann::json bench_mfu_report(const BenchSetup& setup, const std::vector<Bench
     GemmPeak peak =
         gemm_peak_measure(setup.devices[0], precision == "bf16" ? DType::bf16 : DType::f32);
     peak.flops_per_s *= static_cast<double>(distinct.size());
-    std::printf("fanout %s best (%s): %s\n", precision.c_str(), best->mode.c_str(),
-                mfu_line(best->tokens_per_s, per_token, peak).c_str());
+    std::fputs(
+        text_wrap(walk::strf("fanout %s best (%s): %s", precision.c_str(), best->mode.c_str(),
+                             mfu_line(best->tokens_per_s, per_token, peak).c_str()),
+                  width, "  ")
+            .c_str(),
+        stdout);
     const double mfu = peak.flops_per_s > 0 ? best->tokens_per_s * per_token / peak.flops_per_s : 0;
     out.push_back({{"precision", precision},
                    {"mode", best->mode},
@@ -141,13 +147,13 @@ nlohmann::json bench_mfu_report(const BenchSetup& setup, const std::vector<Bench
 }
 
 nlohmann::json bench_kernels_report(const BenchSetup& setup,
-                                    const std::vector<std::string>& precisions) {
+                                    const std::vector<std::string>& precisions, size_t width) {
   nlohmann::json out = nlohmann::json::array();
   for (const std::string& precision : precisions) {
     BenchSetup k = setup;
     k.devices = {setup.devices[0]};
     k.working = precision == "bf16" ? DType::bf16 : DType::f32;
-    k.steps = 1, k.warmup = 1, k.profile_kernels = true;
+    k.steps = 1, k.warmup = 1, k.min_seconds = 0, k.profile_kernels = true;
     BenchResult r;
     try {
       r = bench_mode(k, bench_modes_parse("dp")[0]);
@@ -156,15 +162,19 @@ nlohmann::json bench_kernels_report(const BenchSetup& setup,
     } catch (const std::exception& e) {
       r.failed = e.what();
     }
+    auto say = [&](const std::string& line) {
+      std::fputs(text_wrap(line, width, "  ").c_str(), stdout);
+    };
     if (!r.failed.empty()) {
-      std::printf("kernel classes, 1 device %s: failed: %s\n", precision.c_str(), r.failed.c_str());
+      say(walk::strf("kernel classes, 1 device %s: failed: %s", precision.c_str(),
+                     r.failed.c_str()));
       out.push_back({{"precision", precision}, {"status", "failed"}, {"reason", r.failed}});
       continue;
     }
-    std::printf("kernel classes, 1 device %s, one step %.2f ms: %s\n", precision.c_str(),
-                r.kernels_step_s * 1e3, bench_kernels_line(r).c_str());
-    std::printf("kernel ops, 1 device %s, the longest: %s\n", precision.c_str(),
-                bench_ops_line(r).c_str());
+    say(walk::strf("kernel classes, 1 device %s, one step %.2f ms: %s", precision.c_str(),
+                   r.kernels_step_s * 1e3, bench_kernels_line(r).c_str()));
+    say(walk::strf("kernel ops, 1 device %s, the longest: %s", precision.c_str(),
+                   bench_ops_line(r).c_str()));
     nlohmann::json j = bench_kernels_json(r);
     j["precision"] = precision, j["status"] = "ok";
     out.push_back(j);

@@ -39,10 +39,11 @@ std::string mfu_line(double tokens_per_s, double flops_per_token, const GemmPeak
 
 // --mfu: for the best row of each precision among `ran`, the GEMM peak of the
 // first device in that precision, measured now, times the distinct devices the
-// rows used (two replicas on one GPU share its peak); one line each to stdout,
-// and the JSON array `fanout bench --json` keeps under "mfu".
+// rows used (two replicas on one GPU share its peak); one line each to stdout
+// (wrapped to `width` columns, 0: not), and the JSON array `fanout bench --json`
+// keeps under "mfu".
 nlohmann::json bench_mfu_report(const BenchSetup& setup, const std::vector<BenchResult>& ran,
-                                const std::vector<std::string>& precisions);
+                                const std::vector<std::string>& precisions, size_t width = 0);
 
 // "GEMM 30.1 ms (58.8 %), attention ..., other and launch gaps 5.0 ms (9.8 %)":
 // r.kernels over r.kernels_step_s; the rest of the step is copies, fills,
@@ -54,9 +55,9 @@ std::string bench_ops_line(const BenchResult& r, size_t top = 10);
 nlohmann::json bench_kernels_json(const BenchResult& r);
 
 // --kernels: one profiled dp step on the first device in each precision (after
-// one warm-up step); one line each to stdout (a failure too, without stopping),
-// and the JSON array kept under "kernels".
+// one warm-up step); one line each to stdout (a failure too, without stopping;
+// wrapped to `width` columns, 0: not), and the JSON array kept under "kernels".
 nlohmann::json bench_kernels_report(const BenchSetup& setup,
-                                    const std::vector<std::string>& precisions);
+                                    const std::vector<std::string>& precisions, size_t width = 0);
 
 }  // namespace fanout::presentation

@@ -8,6 +8,7 @@
 #include "apps/data/corpus.h"
 #include "apps/data/data_loader.h"
 #include "apps/presentation/bench.h"
+#include "apps/presentation/text_table.h"
 #include "apps/presentation/trace_timeline.h"
 #include "apps/presentation/walkthrough_ddp.h"
 #include "apps/presentation/walkthrough_precision.h"
@@ -95,7 +96,7 @@ int64_t span_us(const std::vector<TraceSpan>& spans, const std::string& lane,
 class Narrator : public Prose {
  public:
   Narrator(const WalkthroughOptions& o, std::ostream& out)
-      : Prose(out, o.color),
+      : Prose(out, o.color, o.width),
         o_(o),
         layout_(o.config),
         P_(layout_.total()),
@@ -130,6 +131,15 @@ class Narrator : public Prose {
     std::vector<AllocatorStats> s;
     for (const Device& d : distinct_) s.push_back(allocator_for(d).stats());
     return s;
+  }
+  // The timeline's bar columns: o_.timeline_width, fewer where the lanes' labels
+  // and the bars would pass the width.
+  int timeline_fit(const std::vector<TraceSpan>& spans) const {
+    if (width_ == 0) return o_.timeline_width;
+    size_t label = 4;
+    for (const std::string& l : timeline_lanes(spans)) label = std::max(label, l.size());
+    const int room = static_cast<int>(width_) - static_cast<int>(label) - 5;
+    return std::max(10, std::min(o_.timeline_width, room));
   }
   int distinct_index(Device d) const {
     for (size_t i = 0; i < distinct_.size(); ++i)
@@ -167,7 +177,7 @@ class Narrator : public Prose {
 
 void Narrator::intro() {
   const models::LlamaConfig& c = o_.config;
-  out_ << heading("fanout walkthrough: data parallelism, one phase at a time") << "\n";
+  title("fanout walkthrough: data parallelism, one phase at a time");
   line("model", strf("Llama, %lld layers, hidden %lld, vocab %lld: %lld parameters = %s of f32 "
                      "in one flat buffer",
                      (long long)c.num_hidden_layers, (long long)c.hidden_size, (long long)V_,
@@ -368,11 +378,13 @@ void Narrator::narrate_reduce(const ModeSpec& spec, WalkthroughMode& m, DataPara
 }
 
 void Narrator::narrate_memory(WalkthroughMode& m, const std::vector<AllocatorStats>& base) {
-  out_ << "  " << bold("memory") << "     peak bytes per device during this mode (allocator stats "
-       << "by tag, above what the device held before)\n";
-  out_ << memory_table_head("device", 9) << "\n";
+  line("memory",
+       "peak bytes per device in this mode (allocator stats by tag, above what the device held "
+       "before)");
   m.memory = memory_peaks(distinct_, base);
-  for (const DeviceMemory& d : m.memory) out_ << memory_table_row(d.device, 9, d) << "\n";
+  std::vector<std::pair<std::string, DeviceMemory>> rows;
+  for (const DeviceMemory& d : m.memory) rows.push_back({d.device, d});
+  memory_table("device", 9, rows);
   if (m.name == "dp-output")
     more(
         "params, grads: the flat buffers; optimizer: AdamW m and v; activations: each replica's "
@@ -443,7 +455,8 @@ void Narrator::compare(const ModeSpec& spec, const WalkthroughMode& m,
 WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<WalkthroughMode>& done) {
   int index = static_cast<int>(done.size()) + 1;
   int n = static_cast<int>(o_.devices.size());
-  out_ << "\n" << heading(strf("%d. %s", index, spec.title.c_str())) << "\n";
+  out_ << "\n";
+  title(strf("%d. %s", index, spec.title.c_str()));
   WalkthroughMode m;
   m.name = spec.name;
 
@@ -620,8 +633,9 @@ WalkthroughMode Narrator::run(const ModeSpec& spec, const std::vector<Walkthroug
   out_ << "  " << bold("timeline")
        << strf("   %s, %d step%s (one row per trace lane)\n", spec.name.c_str(), o_.steps,
                o_.steps == 1 ? "" : "s");
-  out_ << timeline_render(trace.spans(), mode_t0, mode_t1, o_.timeline_width, o_.color);
-  out_ << "  " << timeline_legend(o_.color) << "\n";
+  out_ << timeline_render(trace.spans(), mode_t0, mode_t1,
+                          timeline_fit(spans_between(mode_t0, mode_t1)), o_.color);
+  legend(timeline_legend(o_.color));
   time_warm_steps(dp, opt, loader, m);
   return m;
 }
@@ -650,20 +664,29 @@ void Narrator::time_warm_steps(DataParallel& dp, train::Optimizer& opt, data::Da
 
 void Narrator::summary(const std::vector<WalkthroughMode>& modes) {
   out_ << "\n"
-       << heading("summary") << " (step time: median of each mode's warm, untraced timed steps, "
-       << "with the IQR q1-q3 and min-max; peak bytes on the primary " << dev(0) << ")\n";
-  out_ << strf("  %-11s %10s %17s %17s %10s %10s %10s %10s %10s\n", "mode", "median", "IQR",
-               "min-max", "peak", "params", "grads", "optimizer", "comm");
+       << text_wrap(heading("summary") +
+                        " (step time: median of each mode's warm, untraced timed steps, with the "
+                        "IQR q1-q3 and min-max; peak bytes on the primary " +
+                        dev(0) + ")",
+                    width_, "  ");
+  // --wide: the widths it always had.
+  const bool wide = width_ == 0;
+  auto figure = [&](size_t w) { return wide ? w : 0; };
+  TextTable t;
+  t.indent = "  ";
+  t.columns = {{"mode", figure(11), true}, {"median", figure(10)},    {"IQR", figure(17)},
+               {"min-max", figure(17)},    {"peak", figure(10)},      {"params", figure(10)},
+               {"grads", figure(10)},      {"optimizer", figure(10)}, {"comm", figure(10)}};
   for (const WalkthroughMode& m : modes) {
-    const StepTimes t = step_times_summarize(m.timed_ms);
+    const StepTimes st = step_times_summarize(m.timed_ms);
     const DeviceMemory& d = m.memory[0];
-    out_ << strf("  %-11s %7.2f ms %17s %17s %10s %10s %10s %10s %10s\n", m.name.c_str(), t.median,
-                 strf("%.2f-%.2f ms", t.q1, t.q3).c_str(),
-                 strf("%.2f-%.2f ms", t.min, t.max).c_str(), bytes_str(d.total).c_str(),
-                 bytes_str(d.tag(MemTag::params)).c_str(), bytes_str(d.tag(MemTag::grads)).c_str(),
-                 bytes_str(d.tag(MemTag::optimizer)).c_str(),
-                 bytes_str(d.tag(MemTag::comm)).c_str());
+    t.rows.push_back({{m.name, strf("%.2f ms", st.median), strf("%.2f-%.2f ms", st.q1, st.q3),
+                       strf("%.2f-%.2f ms", st.min, st.max), bytes_str(d.total),
+                       bytes_str(d.tag(MemTag::params)), bytes_str(d.tag(MemTag::grads)),
+                       bytes_str(d.tag(MemTag::optimizer)), bytes_str(d.tag(MemTag::comm))},
+                      ""});
   }
+  table(t);
   const int timed = modes.empty() ? 0 : step_times_summarize(modes[0].timed_ms).samples;
   line("", strf("%d timed step%s per mode after its %d narrated (warm-up) step%s%s; ddp is not "
                 "timed here (computed, not run): fanout bench --modes ddp measures it",
@@ -672,28 +695,6 @@ void Narrator::summary(const std::vector<WalkthroughMode>& modes) {
 }
 
 }  // namespace
-
-StepTimes step_times_summarize(std::vector<double> ms) {
-  StepTimes t;
-  if (ms.empty()) return t;
-  std::sort(ms.begin(), ms.end());
-  // Linear interpolation between the order statistics around rank q*(n-1).
-  auto quantile = [&](double q) {
-    const double at = q * static_cast<double>(ms.size() - 1);
-    const size_t lo = static_cast<size_t>(at);
-    const size_t hi = std::min(lo + 1, ms.size() - 1);
-    return ms[lo] + (ms[hi] - ms[lo]) * (at - static_cast<double>(lo));
-  };
-  t.samples = static_cast<int>(ms.size());
-  t.median = quantile(0.5), t.q1 = quantile(0.25), t.q3 = quantile(0.75);
-  t.min = ms.front(), t.max = ms.back();
-  return t;
-}
-
-std::string step_times_str(const StepTimes& t) {
-  return strf("%.2f ms (IQR %.2f-%.2f, min-max %.2f-%.2f ms, %d step%s)", t.median, t.q1, t.q3,
-              t.min, t.max, t.samples, t.samples == 1 ? "" : "s");
-}
 
 models::LlamaConfig walkthrough_config() {
   models::LlamaConfig c = models::llama_preset("tiny");
@@ -739,9 +740,12 @@ WalkthroughResult walkthrough_run(const WalkthroughOptions& o, std::ostream& out
   if (!o.trace_path.empty()) {
     std::vector<TraceSpan> spans = Trace::global().spans();
     Trace::global().write(o.trace_path);
-    out << "\ntrace: " << spans.size() << " spans on " << timeline_lanes(spans).size()
-        << " lanes, all " << result.modes.size() << " modes, written to " << o.trace_path
-        << " (open it in ui.perfetto.dev)\n";
+    out << "\n"
+        << text_wrap(strf("trace: %zu spans on %zu lanes, all %zu modes, written to %s (open it "
+                          "in ui.perfetto.dev)",
+                          spans.size(), timeline_lanes(spans).size(), result.modes.size(),
+                          o.trace_path.c_str()),
+                     o.width, "  ");
   }
   return result;
 }

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "apps/presentation/step_times.h"
 #include "engine/core/allocator.h"
 #include "engine/core/device.h"
 #include "models/llama_config.h"
@@ -34,9 +35,12 @@ struct WalkthroughOptions {
   int timing_warmup = 0, timed_steps = 5;
   models::LlamaConfig config = walkthrough_config();
   double bucket_mb = 0.25;  // --overlap buckets: small, so the small model has several
-  int timeline_width = 60;  // columns
-  bool color = false;       // ANSI colours in headings and timelines
-  std::string trace_path;   // the Perfetto trace of every mode; empty: not written
+  int timeline_width = 60;  // columns, fewer where `width` needs
+  // The columns to fit (the terminal's); 0: --wide, prose wrapped at 110 columns
+  // and tables, headings and timelines whole, as the walkthrough always printed.
+  size_t width = 0;
+  bool color = false;      // ANSI colours in headings and timelines
+  std::string trace_path;  // the Perfetto trace of every mode; empty: not written
 };
 
 // Peak bytes of one device during a mode, in total and per MemTag (above what
@@ -111,17 +115,6 @@ struct WalkthroughResult {
   // fp32, bf16, bf16 + --grad-comm bf16 for dp, then for zero1.
   std::vector<WalkthroughPrecisionRun> precision;
 };
-
-// The spread of a mode's warm step times, in milliseconds: the median, the
-// quartiles q1 and q3 (linear interpolation between order statistics, numpy's
-// default; the IQR is q3 - q1) and the extremes. No samples: all zero.
-struct StepTimes {
-  int samples = 0;
-  double median = 0, q1 = 0, q3 = 0, min = 0, max = 0;
-};
-StepTimes step_times_summarize(std::vector<double> ms);
-// "4.12 ms (IQR 4.00-4.20, min-max 3.90-4.50, 5 steps)".
-std::string step_times_str(const StepTimes& t);
 
 // Runs the six modes in order, narrates a ddp step (computed, not run), then the
 // precision section (not traced) and the summary of warm step times, writing

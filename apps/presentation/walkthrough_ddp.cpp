@@ -100,12 +100,11 @@ WalkthroughDdp ddp_step_compute(int64_t parameters, int world, int64_t batch_row
 
 void ddp_narrate(const WalkthroughOptions& o, const WalkthroughDdp& d,
                  const std::vector<WalkthroughMode>& done, int index, std::ostream& out) {
-  Prose p(out, o.color);
+  Prose p(out, o.color, o.width);
   const int W = d.world;
   const long long P = d.parameters, G = d.grad_bytes;
-  out << "\n"
-      << p.heading(strf("%d. ddp: one process per device, gradients all-reduced in a ring", index))
-      << "\n";
+  out << "\n";
+  p.title(strf("%d. ddp: one process per device, gradients all-reduced in a ring", index));
   p.more(strf(
       "`fanout launch --nproc-per-node %d -- train --strategy ddp --devices %s` starts %d "
       "process%s (ranks), rank r on device r of %s. Computed, not run: the walkthrough stays in "

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "apps/data/data_loader.h"
@@ -52,7 +53,7 @@ double largest_difference(const WalkthroughPrecisionRun& a, const WalkthroughPre
 class PrecisionSection : public Prose {
  public:
   PrecisionSection(const WalkthroughOptions& o, const data::TokenData& data, std::ostream& out)
-      : Prose(out, o.color), o_(o), data_(data), layout_(o.config), P_(layout_.total()) {
+      : Prose(out, o.color, o.width), o_(o), data_(data), layout_(o.config), P_(layout_.total()) {
     for (const Device& d : o.devices)
       if (std::find(distinct_.begin(), distinct_.end(), d) == distinct_.end())
         distinct_.push_back(d);
@@ -137,7 +138,8 @@ WalkthroughPrecisionRun PrecisionSection::run_one(const RunSpec& spec) {
 }
 
 std::vector<WalkthroughPrecisionRun> PrecisionSection::run(int index) {
-  out_ << "\n" << heading(strf("%d. precision: what bf16 changes", index)) << "\n";
+  out_ << "\n";
+  title(strf("%d. precision: what bf16 changes", index));
   more(strf(
       "dp and zero1 once more, %d steps each on the same batches, three ways: fp32; "
       "--precision bf16 (mixed precision: fp32 master weights, gradients and AdamW state, bf16 "
@@ -159,12 +161,29 @@ void PrecisionSection::narrate(const std::vector<WalkthroughPrecisionRun>& runs)
   // runs: dp fp32, bf16, bf16 + grad-comm; zero1 the same
   const WalkthroughPrecisionRun &f = runs[0], &b = runs[1], &g = runs[2];
   const WalkthroughPrecisionRun &zf = runs[3], &zb = runs[4], &zg = runs[5];
-  out_ << "  " << bold("bytes") << "      "
-       << strf("%-35s %12s %16s   %s\n", "step 2, between devices", "weights sent", "gradient sums",
-               "losses, steps 1 and 2");
-  for (const WalkthroughPrecisionRun& r : runs)
-    out_ << strf("%13s%-12s %-22s %12lld %16lld   %s\n", "", r.strategy.c_str(), setting(r).c_str(),
-                 (long long)r.replicate_bytes, (long long)r.reduce_bytes, losses_str(r).c_str());
+  // --wide: as it always was, the label "bytes" on the line of the heads.
+  const bool wide = width_ == 0;
+  TextTable t;
+  t.indent = std::string(wide ? kIndent : 4, ' ');
+  t.columns = {{"step 2, between devices", wide ? 35u : 0u, true},
+               {"weights sent", wide ? 12u : 0u},
+               {"gradient sums", wide ? 16u : 0u},
+               {(wide ? "  " : "") + std::string("losses, steps 1 and 2"), 0, true}};
+  for (const WalkthroughPrecisionRun& r : runs) {
+    t.rows.push_back({{strf("%-*s %s", wide ? 12 : 5, r.strategy.c_str(), setting(r).c_str()),
+                       strf("%lld", (long long)r.replicate_bytes),
+                       strf("%lld", (long long)r.reduce_bytes), (wide ? "  " : "") + losses_str(r)},
+                      ""});
+  }
+  if (wide) {
+    std::ostringstream table_text;
+    Prose into(table_text, color_, width_);
+    into.table(t);
+    out_ << "  " << bold("bytes") << "      " << table_text.str().substr(kIndent);
+  } else {
+    out_ << "  " << bold("bytes") << "\n";
+    table(t);
+  }
 
   bool crossed = false;
   for (const WalkthroughPrecisionRun& r : runs)
@@ -201,13 +220,12 @@ void PrecisionSection::narrate(const std::vector<WalkthroughPrecisionRun>& runs)
   line("memory",
        "peak bytes per device in the dp runs (allocator stats by tag; bf16+gc: with "
        "--grad-comm bf16)");
-  const int width = 13;
-  out_ << memory_table_head("", width) << "\n";
+  std::vector<std::pair<std::string, DeviceMemory>> rows;
   for (const WalkthroughPrecisionRun* r : {&f, &b, &g}) {
     std::string label = r->grad_comm == "bf16" ? "bf16+gc" : r->precision;
-    for (const DeviceMemory& d : r->memory)
-      out_ << memory_table_row(label + " " + d.device, width, d) << "\n";
+    for (const DeviceMemory& d : r->memory) rows.push_back({label + " " + d.device, d});
   }
+  memory_table("", 13, rows);
   const DeviceMemory &m32 = f.memory[0], &m16 = b.memory[0];
   auto tag = [](const DeviceMemory& d, MemTag t) { return bytes_str(d.tag(t)); };
   // Replicas sharing the primary's device each hold their own buffers.

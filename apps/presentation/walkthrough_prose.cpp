@@ -5,6 +5,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "apps/data/terminal_text.h"
+
 namespace fanout::presentation::walk {
 
 std::string strf(const char* fmt, ...) {
@@ -33,6 +35,10 @@ std::string Prose::heading(const std::string& s) const {
   return color_ ? "\033[1;36m" + s + "\033[0m" : s;
 }
 
+void Prose::title(const std::string& text) {
+  out_ << text_wrap(heading(text), width_, "   ");
+}
+
 void Prose::line(const std::string& label, const std::string& text) {
   std::string pad = label.size() < 11 ? std::string(11 - label.size(), ' ') : " ";
   out_ << "  " << bold(label) << pad;
@@ -52,7 +58,7 @@ void Prose::wrap(const std::string& text, size_t column) {
   };
   size_t at = 0;
   while (at < text.size()) {
-    size_t room = column < kWidth ? kWidth - column : 20, end = text.size();
+    size_t room = column < prose_width_ ? prose_width_ - column : 20, end = text.size();
     if (end - at > room) {
       size_t cut = at + room;
       while (cut > at && !breakable(cut)) --cut;
@@ -94,16 +100,49 @@ std::vector<DeviceMemory> memory_peaks(const std::vector<Device>& devices,
   return out;
 }
 
-std::string memory_table_head(const std::string& label, int width) {
-  std::string head = strf("%13s%-*s", "", width, label.c_str());
-  for (MemTag t : memory_table_tags()) head += strf("%12s", mem_tag_name(t));
-  return head + strf("%12s", "total");
+void Prose::table(const TextTable& t) {
+  out_ << text_table_render(t, width_);
 }
 
-std::string memory_table_row(const std::string& label, int width, const DeviceMemory& d) {
-  std::string row = strf("%13s%-*s", "", width, label.c_str());
-  for (MemTag t : memory_table_tags()) row += strf("%12s", bytes_str(d.tag(t)).c_str());
-  return row + strf("%12s", bytes_str(d.total).c_str());
+void Prose::legend(const std::string& text) {
+  // Entries are two spaces apart ("S scatter  P replicate/broadcast"): a line
+  // breaks only there, continuing under the first entry after "legend:".
+  std::string line = "  ";
+  bool empty = true;  // no entry on this line yet
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find("  ", at), text.size());
+    const std::string entry = text.substr(at, end - at);
+    if (!empty && width_ > 0 &&
+        data::display_width(line) + 2 + data::display_width(entry) > width_) {
+      out_ << line << "\n";
+      line = std::string(11, ' '), empty = true;
+    }
+    line += (empty ? "" : "  ") + entry, empty = false;
+    at = end + 2;
+  }
+  out_ << line << "\n";
+}
+
+void Prose::memory_table(const std::string& head, size_t label_width,
+                         const std::vector<std::pair<std::string, DeviceMemory>>& rows) {
+  // --wide: as it always was, 12 columns a figure after a 13-column indent.
+  const bool wide = width_ == 0;
+  TextTable t;
+  t.indent = std::string(wide ? kIndent : 4, ' ');
+  t.gap = wide ? 0 : 1;
+  t.columns = {{head, wide ? label_width : 0, true}};
+  const size_t figure = wide ? 12 : 0;
+  if (!wide) t.columns.push_back({"total", figure});
+  for (MemTag tag : memory_table_tags()) t.columns.push_back({mem_tag_name(tag), figure});
+  if (wide) t.columns.push_back({"total", figure});
+  for (const auto& [label, d] : rows) {
+    std::vector<std::string> cells = {label};
+    if (!wide) cells.push_back(bytes_str(d.total));
+    for (MemTag tag : memory_table_tags()) cells.push_back(bytes_str(d.tag(tag)));
+    if (wide) cells.push_back(bytes_str(d.total));
+    t.rows.push_back({cells, ""});
+  }
+  table(t);
 }
 
 }  // namespace fanout::presentation::walk

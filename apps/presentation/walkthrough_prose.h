@@ -1,14 +1,17 @@
 #pragma once
 // The walkthrough's prose, shared by its sections (walkthrough.cpp: the modes;
 // walkthrough_precision.cpp: what bf16 changes): labelled lines word-wrapped
-// under their text ("  label      text"), printf-style strings, and the table of
+// under their text ("  label      text"), headings, tables and the timeline's
+// legend fitted to the terminal's width, printf-style strings, and the table of
 // peak bytes per device by allocator tag.
 
 #include <cstddef>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "apps/presentation/text_table.h"
 #include "apps/presentation/walkthrough.h"
 #include "engine/core/allocator.h"
 #include "engine/core/device.h"
@@ -20,21 +23,35 @@ std::string ms(double seconds);  // "1.23 ms"
 
 class Prose {
  public:
-  Prose(std::ostream& out, bool color) : out_(out), color_(color) {}
+  // `width`: the columns to fit (WalkthroughOptions::width); 0: --wide, the prose
+  // wrapped at kWideWidth columns and headings, tables and legends whole.
+  Prose(std::ostream& out, bool color, size_t width = 0)
+      : out_(out), color_(color), width_(width), prose_width_(width ? width : kWideWidth) {}
 
   std::string bold(const std::string& s) const;
   std::string heading(const std::string& s) const;
-  // "  label      text", the text word-wrapped to kWidth columns under itself.
+  // A heading line, wrapped under a 3-column indent.
+  void title(const std::string& text);
+  // "  label      text", the text word-wrapped under itself.
   void line(const std::string& label, const std::string& text);
   // A continuation of the last line's text, at its indent.
   void more(const std::string& text);
+  void table(const TextTable& t);
+  // "  legend:  S scatter  P replicate ...", broken only between its entries.
+  void legend(const std::string& text);
+  // The peak bytes of each row's device by tag, then the total (first when
+  // narrower than --wide, so that it stays in the first block), the labels
+  // under `head` in at least `label_width` columns.
+  void memory_table(const std::string& head, size_t label_width,
+                    const std::vector<std::pair<std::string, DeviceMemory>>& rows);
 
  protected:
-  static constexpr size_t kWidth = 110, kIndent = 13;  // columns, continuation indent
+  static constexpr size_t kWideWidth = 110, kIndent = 13;  // columns, continuation indent
   void wrap(const std::string& text, size_t column);
 
   std::ostream& out_;
   bool color_;
+  size_t width_, prose_width_;
 };
 
 // The tags the memory tables show, in their column order.
@@ -43,9 +60,5 @@ const std::vector<MemTag>& memory_table_tags();
 // `before` (the allocator stats taken then), in total and per tag.
 std::vector<DeviceMemory> memory_peaks(const std::vector<Device>& devices,
                                        const std::vector<AllocatorStats>& before);
-// One table line: `label` left-aligned in `width` columns after the indent, then
-// one column per tag and the total.
-std::string memory_table_head(const std::string& label, int width);
-std::string memory_table_row(const std::string& label, int width, const DeviceMemory& d);
 
 }  // namespace fanout::presentation::walk

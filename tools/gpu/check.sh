@@ -622,6 +622,9 @@ step_bench() {
   # The PyTorch peers when this fanout offers them (on CPU only where torch imports);
   # fanout runs them with FANOUT_PYTHON.
   run "$work/help" 30 2 "$fanout" bench --help
+  # A line per figure, as bench_figures reads them (by default fanout wraps its
+  # output at 80 columns); before --peers, which a retry drops from the end.
+  if grep -q -- '--wide' "$work/help"; then args+=(--wide); fi
   if grep -q -- '--peers' "$work/help" && { [ "$cpu" = 0 ] || [ "$torch_ok" = 1 ]; }; then
     args+=(--peers)
   fi

@@ -1,9 +1,16 @@
 // terminal_text_escape: control characters and invalid UTF-8 never reach the output
-// raw; '\n', '\t' and valid UTF-8 (C1 controls aside) pass unchanged.
+// raw; '\n', '\t' and valid UTF-8 (C1 controls aside) pass unchanged. The width
+// helpers: display_width counts characters (not bytes, not colour sequences) and
+// terminal_columns reads COLUMNS by the shared number rules, else 80 off a terminal.
 
 #include "apps/data/terminal_text.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -50,4 +57,40 @@ TEST_CASE("bytes that are not UTF-8 become U+FFFD, one per byte") {
   CHECK(terminal_text_escape("\xf4\x8f\xbf\xbf") == "\xf4\x8f\xbf\xbf");  // U+10FFFF itself
   // A control byte hidden after a broken sequence is still escaped.
   CHECK(terminal_text_escape("\xe2\x1b") == r + "\\x1b");
+}
+
+TEST_CASE("display_width counts UTF-8 characters, not bytes, and no colour sequences") {
+  using fanout::data::display_width;
+  CHECK(display_width("") == 0);
+  CHECK(display_width("tokens/s") == 8);
+  CHECK(display_width("\xc2\xb1"
+                      "4.8%") == 5);  // "±4.8%": 6 bytes
+  CHECK(display_width("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") == 8);
+  CHECK(display_width("\033[1;36msummary\033[0m") == 7);
+  CHECK(display_width("\033[1m") == 0);
+}
+
+TEST_CASE("terminal_columns takes COLUMNS when it is a whole number, else 80 off a terminal") {
+  using fanout::data::terminal_columns;
+  // ctest's stdout is a file or a pipe: no TIOCGWINSZ, so 80 without COLUMNS.
+  const char* saved = std::getenv("COLUMNS");
+  const std::string before = saved ? saved : "";
+  for (const auto& [value, columns] :
+       std::vector<std::pair<const char*, size_t>>{{"100", 100},
+                                                   {"0120", 120},
+                                                   {"20", 40},
+                                                   {"", 80},
+                                                   {"abc", 80},
+                                                   {" 90", 80},
+                                                   {"-5", 80},
+                                                   {"1e3", 80},
+                                                   {"99999999999999999999", 80}}) {
+    CAPTURE(value);
+    ::setenv("COLUMNS", value, 1);
+    if (::isatty(STDOUT_FILENO) && columns == 80) continue;  // run by hand in a terminal
+    CHECK(terminal_columns() == columns);
+  }
+  ::unsetenv("COLUMNS");
+  if (!::isatty(STDOUT_FILENO)) CHECK(terminal_columns() == 80);
+  if (saved) ::setenv("COLUMNS", before.c_str(), 1);
 }

@@ -25,12 +25,13 @@ using namespace fanout;
 using fanout::test::has;
 
 namespace {
-// The smallest real benchmark: one device, one mode, one step of 1 x 4 tokens;
-// `flag value` replaces that flag's value (or is added).
+// The smallest real benchmark: one device, one mode, one step of 1 x 4 tokens
+// (--min-seconds 0: no more steps than asked for); `flag value` replaces that
+// flag's value (or is added).
 std::vector<std::string> small_bench(const std::string& flag = "", const std::string& value = "") {
-  std::vector<std::string> args = {"bench", "--devices", "cpu:0", "--modes", "dp", "--batch-size",
-                                   "2",     "--seq-len", "4",     "--steps", "1",  "--warmup",
-                                   "0"};
+  std::vector<std::string> args = {
+      "bench", "--devices", "cpu:0", "--modes",  "dp", "--batch-size",  "2", "--seq-len",
+      "4",     "--steps",   "1",     "--warmup", "0",  "--min-seconds", "0"};
   if (flag.empty()) return args;
   for (size_t i = 1; i + 1 < args.size(); ++i) {
     if (args[i] == flag) {
@@ -174,7 +175,7 @@ TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the e
         test::run_fanout(with(small_bench("--modes", "dp,zero1,ddp"),
                               {"--devices", "cpu:0,cpu:1", "--grad-comm", grad_comm, "--json", json,
                                // a steady step: the first one also sends the fresh fp32 master
-                               "--warmup", "1"}),
+                               "--warmup", "1", "--wide"}),
                          kTimeout);
     CAPTURE(r.err);
     REQUIRE(r.rc == 0);
@@ -245,7 +246,7 @@ TEST_CASE("bench runs zero2 and zero3 and prints and writes each device's peak b
   auto r = test::run_fanout(with(small_bench("--modes", "dp,zero2,zero3"),
                                  {"--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--batch-size", "4",
                                   "--precision", "fp32", "--warmup", "1", "--json", json}),
-                            kTimeout);
+                            "COLUMNS=80 " + kTimeout);
   CAPTURE(r.out);
   CAPTURE(r.err);
   REQUIRE(r.rc == 0);
@@ -265,7 +266,7 @@ TEST_CASE("bench runs zero2 and zero3 and prints and writes each device's peak b
     }
     results.push_back(b);
   }
-  CHECK(has(r.out, presentation::bench_memory_table(results)));
+  CHECK(has(r.out, presentation::bench_memory_table(results, 80)));
   REQUIRE(results[1].mode == "dp");
   const presentation::DevicePeak& primary = results[1].peaks[0];
   for (int i : {2, 3}) {
@@ -300,7 +301,7 @@ TEST_CASE("bench --modes: help lists every mode, dp-replicas is dp, unknown name
   test::TempDir dir("fanout-bench");
   auto r = test::run_fanout(
       with(small_bench("--modes", "dp-replicas,dp,dp-output"),
-           {"--devices", "cpu:0,cpu:1", "--precision", "fp32", "--json", dir / "m.json"}),
+           {"--devices", "cpu:0,cpu:1", "--precision", "fp32", "--json", dir / "m.json", "--wide"}),
       kTimeout);
   CAPTURE(r.err);
   REQUIRE(r.rc == 0);
@@ -321,7 +322,8 @@ TEST_CASE("bench --mfu and --kernels: a measured GEMM peak, MFU, and one step by
   test::TempDir dir("fanout-bench");
   const std::string json = dir / "b.json";
   auto r = test::run_fanout(
-      with(small_bench(), {"--precision", "fp32", "--json", json, "--mfu", "--kernels"}), kTimeout);
+      with(small_bench(), {"--precision", "fp32", "--json", json, "--mfu", "--kernels", "--wide"}),
+      kTimeout);
   INFO(r.err);
   REQUIRE(r.rc == 0);
   CHECK(has(r.out, "fanout fp32 best (dp): MFU "));

@@ -21,10 +21,12 @@ using namespace fanout;
 using fanout::test::has;
 
 namespace {
-// One step of 2 x 4 tokens of the tiny preset in fp32: `more` flags appended.
+// One step of 2 x 4 tokens of the tiny preset in fp32, a line per mode however
+// wide (--wide): `more` flags appended.
 std::vector<std::string> tiny_bench(const std::vector<std::string>& more) {
-  std::vector<std::string> args = {"bench", "--batch-size", "2", "--seq-len",   "4",   "--steps",
-                                   "1",     "--warmup",     "0", "--precision", "fp32"};
+  std::vector<std::string> args = {
+      "bench", "--batch-size",  "2", "--seq-len",   "4",    "--steps", "1", "--warmup",
+      "0",     "--min-seconds", "0", "--precision", "fp32", "--wide"};
   args.insert(args.end(), more.begin(), more.end());
   return args;
 }

@@ -1,3 +1,5 @@
+// bench_mode times each step after the warm-up, at least --steps of them and for
+// at least --min-seconds, and reports the median with its quartiles.
 // bench_mode's figures per mode: zero2 and zero3 parse and run, their losses are
 // dp's, and each device's peak bytes per kind show what they shard (zero2 the
 // gradients, zero3 the weights too) on 4 CPU devices of the tiny preset; the
@@ -99,11 +101,50 @@ TEST_CASE("bench modes: all runs every mode once, an unknown name lists the vali
   CHECK_THROWS_WITH_AS(bench_modes_parse(""), doctest::Contains("--modes is empty"), Error);
 }
 
+TEST_CASE("bench_mode times each step until both --steps and --min-seconds are met") {
+  BenchSetup setup;
+  setup.config = models::llama_preset("tiny");
+  setup.devices = {cpu_device(0), cpu_device(1)};
+  setup.batch_size = 2, setup.seq_len = 4, setup.warmup = 1;
+  const BenchMode dp = bench_modes_parse("dp")[0];
+  // --steps alone: exactly that many timed steps.
+  setup.steps = 3, setup.min_seconds = 0;
+  BenchResult r = bench_mode(setup, dp);
+  CHECK(r.step.samples == 3);
+  // Steps of a few milliseconds: half a second takes more than 3 of them.
+  setup.min_seconds = 0.5;
+  r = bench_mode(setup, dp);
+  CHECK(r.step.samples > 3);
+  CHECK(r.step.samples * r.step.max >= 0.5);
+  // The figures come from the median step; the quartiles bound it.
+  CHECK(r.step_s == r.step.median);
+  CHECK(r.tokens_per_s == doctest::Approx(2 * 4 / r.step.median));
+  CHECK(r.step.min <= r.step.q1);
+  CHECK(r.step.q1 <= r.step.median);
+  CHECK(r.step.median <= r.step.q3);
+  CHECK(r.step.q3 <= r.step.max);
+  const nlohmann::json j = bench_row_json(r, r.tokens_per_s, {r});
+  CHECK(j["step_s"] == r.step.median);
+  CHECK(j["step_s_q1"] == r.step.q1);
+  CHECK(j["step_s_q3"] == r.step.q3);
+  CHECK(j["timed_steps"] == r.step.samples);
+  CHECK(j["spread"] == step_times_spread(r.step));
+  CHECK(j["speedup"] == 1.0);
+  CHECK_THROWS_WITH(
+      [&] {
+        setup.min_seconds = -1;
+        bench_mode(setup, dp);
+      }(),
+      "--min-seconds must be 0 or more, got -1");
+}
+
 TEST_CASE("bench peaks per kind: zero2 shards the gradients, zero3 the weights, on 4 devices") {
   BenchSetup setup;
   setup.config = models::llama_preset("tiny");
   setup.devices = {cpu_device(0), cpu_device(1), cpu_device(2), cpu_device(3)};
+  // One timed step in each mode: the same number of updates, so the same loss.
   setup.batch_size = 4, setup.seq_len = 8, setup.steps = 1, setup.warmup = 1;
+  setup.min_seconds = 0;
   std::vector<BenchResult> rs;
   for (const BenchMode& m : bench_modes_parse("dp,zero1,zero2,zero3"))
     rs.push_back(bench_mode(setup, m));
