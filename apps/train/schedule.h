@@ -15,6 +15,9 @@ struct Schedule {
   // Throws fanout::Error for a bad setting.
   void validate() const;
   double at(int64_t step) const;
+  // Whether at() depends on `steps`: the cosine ends at min_lr on the last step;
+  // constant (after its warmup) never looks at it.
+  bool uses_horizon() const { return kind != "constant"; }
 };
 
 }  // namespace fanout::train

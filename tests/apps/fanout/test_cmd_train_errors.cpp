@@ -164,7 +164,7 @@ TEST_CASE("train refuses an out directory that holds files unless resuming") {
 TEST_CASE("train refuses to resume a damaged checkpoint and leaves the run as it was") {
   TrainFiles f;
   std::string run = f.dir / "run";
-  CliResult r = train_cli(args_with(f, run, {{"--save-every", "1"}}));
+  CliResult r = train_cli(args_with(f, run, {{"--steps", "3"}, {"--save-every", "1"}}));
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
   REQUIRE(dir_list(run) == std::vector<std::string>{"curves.svg", "final", "metrics.jsonl",
@@ -190,7 +190,7 @@ TEST_CASE("train refuses to resume a damaged checkpoint and leaves the run as it
     file_write(run + "/step-000001/trainer_state.json", "{\"version\": 1, \"step\":");
     std::string fresh = f.dir / "fresh";
     check_fails(train_cli({"--resume", run + "/step-000001", "--out", fresh}),
-                "trainer_state.json is not valid JSON");
+                "trainer_state.json: not valid JSON");
     CHECK(!fs::exists(fresh));
     check_untouched();
   }
@@ -227,10 +227,10 @@ TEST_CASE("train refuses to resume a damaged checkpoint and leaves the run as it
 TEST_CASE("train refuses a resume whose steps or batch do not fit the checkpoint before writing") {
   TrainFiles f;  // about 3200 tokens: 50 batches of 4 x 16, 3 of 64 x 16
   std::string run = f.dir / "run";
-  CliResult r = train_cli(args_with(f, run, {{"--steps", "6"}, {"--save-every", "6"}}));
+  CliResult r = train_cli(args_with(f, run, {{"--steps", "6"}}));
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
-  std::string ckpt = run + "/step-000006", fresh = f.dir / "fresh";
+  std::string ckpt = run + "/final", fresh = f.dir / "fresh";
   check_fails(train_cli({"--resume", ckpt, "--steps", "3", "--out", fresh}),
               "--steps 3 is below the resumed checkpoint's step 6");
   CHECK(!fs::exists(fresh));

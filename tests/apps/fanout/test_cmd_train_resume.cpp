@@ -3,12 +3,14 @@
 // data position and every logged loss, across an epoch boundary of shuffled data);
 // an explicit checkpoint directory resumes into a new --out; and a checkpoint saved
 // on two devices continues on one (and under zero1 on three) with the same losses.
+// --resume auto over a damaged checkpoint names the entry; a link out is not followed.
 
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "apps/train/checkpoint.h"
 #include "tests/apps/fanout/train_util.h"
@@ -53,7 +55,7 @@ double weights_rel_l2(const std::string& a_dir, const std::string& b_dir) {
   return std::sqrt(d2 / b2);
 }
 
-// Run A: 6 steps in one go, checkpoints at 3 and 6.
+// Run A: 6 steps in one go, checkpoints step-000003 and final/ (step 6).
 struct Uninterrupted {
   TrainFiles f{2};
   std::string a = f.dir / "A";
@@ -113,8 +115,7 @@ TEST_CASE("train resumes from an explicit checkpoint directory into a new out di
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   REQUIRE(r.rc == 0);
   // The saved flags (--steps 6, --save-every 3, the data) carry over; A is untouched.
-  CHECK(dir_list(c) ==
-        std::vector<std::string>{"curves.svg", "final", "metrics.jsonl", "step-000006"});
+  CHECK(dir_list(c) == std::vector<std::string>{"curves.svg", "final", "metrics.jsonl"});
   CHECK(dir_list(run.a) == before);
   CHECK(metrics_steps(run.a + "/metrics.jsonl").size() == 6);
   std::vector<nlohmann::json> lines = metrics_steps(c + "/metrics.jsonl");
@@ -161,8 +162,8 @@ TEST_CASE("train resumed with another batch size continues at the same token, or
       "--seq-len", "16",     "--save-every", "4",    "--steps",   "4",     "--out",        run};
   REQUIRE(train_cli(args).rc == 0);  // stops at token 4 x 2 x 16 = 128
   // 4-row batches: token 128 is batch 2; one step later the position is batch 3.
-  CliResult r = train_cli({"--resume", run + "/step-000004", "--batch-size", "4", "--steps", "5",
-                           "--out", f.dir / "wider"});
+  CliResult r = train_cli(
+      {"--resume", run + "/final", "--batch-size", "4", "--steps", "5", "--out", f.dir / "wider"});
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
   train::Checkpoint c = train::checkpoint_read(f.dir / "wider/final");
@@ -170,8 +171,8 @@ TEST_CASE("train resumed with another batch size continues at the same token, or
   CHECK(c.state.data.index == 3);
   CHECK(c.state.tokens_seen == 128 + 64);
   // 3-row batches do not meet token 128: refused rather than moved.
-  CliResult odd = train_cli({"--resume", run + "/step-000004", "--batch-size", "3", "--steps", "5",
-                             "--out", f.dir / "odd"});
+  CliResult odd = train_cli(
+      {"--resume", run + "/final", "--batch-size", "3", "--steps", "5", "--out", f.dir / "odd"});
   CHECK(odd.rc == 1);
   CHECK(odd.err_lines() == 1);
   CHECK(odd.err.find("token 128 of its epoch, which is not a boundary of batches of 3 x 16") !=
@@ -193,4 +194,128 @@ TEST_CASE("train says so when a resumed run's --steps stretches the learning-rat
   // The same horizon says nothing.
   CliResult same = train_cli({"--resume", "last", "--out", run, "--steps", "6"});
   CHECK(same.out.find("note: --steps") == std::string::npos);
+}
+
+TEST_CASE("a resumed run under --schedule constant says nothing about the schedule's horizon") {
+  TrainFiles f;
+  const std::string run = f.dir / "run";
+  REQUIRE(train_cli({"--config", f.config, "--data", f.data, "--devices", "cpu:0", "--batch-size",
+                     "2", "--seq-len", "16", "--steps", "3", "--warmup", "1", "--schedule",
+                     "constant", "--out", run})
+              .rc == 0);
+  CliResult r = train_cli({"--resume", "last", "--out", run, "--steps", "6"});
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("horizon") == std::string::npos);
+  // The learning rate did not move: a constant schedule has no horizon to stretch.
+  const std::vector<nlohmann::json> lines = metrics_steps(run + "/metrics.jsonl");
+  REQUIRE(lines.size() == 6);
+  for (const nlohmann::json& j : lines) CHECK(j["lr"].get<double>() == 3e-3);
+}
+
+// `--resume auto` (and last) over a run directory whose checkpoint is damaged: the
+// refusal names the entry and what is wrong with it, in one line, and writes nothing;
+// a step-N that is a link out of the run directory is never followed.
+TEST_CASE("train --resume auto names a damaged checkpoint and never follows a link out") {
+  TrainFiles f;
+  const std::string good = f.dir / "good";
+  const std::vector<std::string> args = {"--config",  f.config, "--data",       f.data,
+                                         "--devices", "cpu:0",  "--batch-size", "2",
+                                         "--seq-len", "16",     "--steps",      "2"};
+  // auto takes the command line that started the run; last takes the checkpoint's flags.
+  auto train_into = [&](const std::string& out, const std::string& resume) {
+    std::vector<std::string> a = resume == "auto" ? args : std::vector<std::string>{};
+    a.insert(a.end(), {"--out", out, "--resume", resume});
+    return train_cli(a);
+  };
+  REQUIRE(train_into(good, "auto").rc == 0);  // a fresh start: final/ at step 2
+  // A copy of the good run with `damage` done to it, refused with `phrase`.
+  int n = 0;
+  auto refused = [&](const std::function<void(const std::string&)>& damage,
+                     const std::string& phrase, const std::string& resume = "auto") {
+    const std::string out = f.dir / ("run" + std::to_string(n++));
+    fs::copy(good, out, fs::copy_options::recursive);
+    damage(out);
+    const std::vector<std::string> before = dir_list(out);
+    const std::string metrics = file_read(out + "/metrics.jsonl");
+    CliResult r = train_into(out, resume);
+    INFO("out " << out << "\nstdout: " << r.out << "\nstderr: " << r.err);
+    CHECK(r.rc == 1);
+    CHECK(r.err_lines() == 1);
+    CHECK(r.err.rfind("fanout: error: ", 0) == 0);
+    CHECK(has(r.err, out + phrase));
+    CHECK(dir_list(out) == before);  // nothing written
+    CHECK(file_read(out + "/metrics.jsonl") == metrics);
+  };
+  auto only_final = [](const std::string& out) {
+    for (const std::string& name : dir_list(out)) {
+      if (name.rfind("step-", 0) == 0) fs::remove_all(out + "/" + name);
+    }
+  };
+  // Damage no reader can take for a checkpoint: named, not "no checkpoint found".
+  refused(
+      [&](const std::string& out) {
+        only_final(out);
+        fs::remove(out + "/final/trainer_state.json");
+      },
+      "/final has no trainer_state.json, so it is not a complete checkpoint");
+  refused(
+      [&](const std::string& out) {
+        only_final(out);
+        fs::remove(out + "/final/trainer_state.json");
+      },
+      "/final has no trainer_state.json", "last");
+  refused(
+      [&](const std::string& out) {
+        only_final(out);
+        fs::remove(out + "/final/trainer_state.json");
+        fs::create_directory(out + "/final/trainer_state.json");
+      },
+      "/final has a trainer_state.json that is not a file");
+  refused(
+      [&](const std::string& out) {
+        only_final(out);
+        fs::remove_all(out + "/final");
+        file_write(out + "/final", "x");
+      },
+      "/final is not a directory");
+  refused(
+      [&](const std::string& out) {
+        only_final(out);
+        fs::remove_all(out + "/final");
+        fs::create_symlink(out + "/absent", out + "/final");
+      },
+      "/final is a link to " + f.dir.path);
+  // Damage inside a checkpoint: named by checkpoint_read.
+  refused([&](const std::string& out) { file_write(out + "/final/trainer_state.json", "{"); },
+          "/final: trainer_state.json");
+  refused(
+      [&](const std::string& out) {
+        file_write(out + "/final/trainer_state.json", "{\"version\": 1}");
+      },
+      "/final: trainer_state.json: missing key \"step\"");
+  refused([&](const std::string& out) { fs::remove(out + "/final/model.safetensors"); },
+          "/final: missing model.safetensors");
+  // A newer step that is a link to a complete checkpoint elsewhere.
+  const std::string elsewhere = f.dir / "elsewhere";
+  fs::copy(good + "/final", elsewhere, fs::copy_options::recursive);
+  const std::vector<std::string> elsewhere_files = dir_list(elsewhere);
+  for (const std::string& target : {elsewhere, std::string("../elsewhere")}) {
+    CAPTURE(target);
+    refused([&](const std::string& out) { fs::create_symlink(target, out + "/step-000009"); },
+            "/step-000009 is a link to " + elsewhere + ", outside ");
+  }
+  CHECK(dir_list(elsewhere) == elsewhere_files);
+  // A link inside the run directory is the run's own: followed.
+  const std::string linked = f.dir / "linked";
+  fs::copy(good, linked, fs::copy_options::recursive);
+  fs::create_symlink("final", linked + "/step-000009");
+  std::vector<std::string> more = args;
+  more.back() = "3";  // --steps 3: one step past the checkpoint
+  more.insert(more.end(), {"--out", linked, "--resume", "auto"});
+  CliResult r = train_cli(more);
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.rc == 0);
+  CHECK(has(r.out, "resuming from " + linked + "/step-000009 (step 2)"));
+  CHECK(metrics_steps(linked + "/metrics.jsonl").size() == 3);
 }
