@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/apps/fanout/checkpoint_util.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/presentation/svg_check_util.h"
 
@@ -16,11 +17,6 @@ using namespace fanout::test;
 
 namespace {
 namespace fs = std::filesystem;
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 void write_log(const std::string& dir, const std::string& text) {
   fs::create_directories(dir);
@@ -36,7 +32,7 @@ TEST_CASE("plot draws losses of 0 and 5e-324 with finite coordinates") {
   CliResult r = run_fanout({"plot", tmp / "tiny", "--out", tmp / "p.svg"});
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
-  const std::string svg = read(tmp / "p.svg");
+  const std::string svg = file_read(tmp / "p.svg");
   CHECK(xml_problem(svg) == "");
   CHECK_FALSE(has_non_finite_coordinate(svg));
   CHECK_FALSE(has(svg, "nan"));
@@ -85,7 +81,7 @@ TEST_CASE("plot of a 100,000-step log is a small SVG whose figures come from eve
   CliResult r = run_fanout({"plot", tmp / "long", "--out", tmp / "p.svg"});
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
-  const std::string svg = read(tmp / "p.svg");
+  const std::string svg = file_read(tmp / "p.svg");
   CHECK(xml_problem(svg) == "");
   CHECK(svg.size() < 200000);  // every point drawn: over 10 MB
   CHECK(has(svg, "steps 1-100000, final loss 2, held-out 2 (best 2 at step 100000)"));

@@ -5,9 +5,7 @@
 // Before, the signal killed prepare mid-write and left the temporary (megabytes).
 
 #include <doctest/doctest.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,7 +23,6 @@
 #include "tests/apps/fanout/train_util.h"
 #include "tests/paths_util.h"
 
-extern char** environ;
 
 using namespace fanout::test;
 
@@ -46,36 +43,11 @@ std::string big_text() {
   return text;
 }
 
-// `fanout prepare ARGS` in the background with SIGINT and SIGTERM at their defaults
-// (a test runner in the background may ignore SIGINT; the child must not).
+// `fanout prepare ARGS` in the background with SIGINT and SIGTERM at their defaults.
 pid_t prepare_spawn(const std::vector<std::string>& args, const std::string& log) {
-  const std::string binary = fanout_binary();
-  std::vector<std::string> argv_s = {binary, "prepare"};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : argv_s) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t files;
-  posix_spawn_file_actions_init(&files);
-  posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&files, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&files, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t defaults, none;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGTERM);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, binary.c_str(), &files, &attr, argv.data(), environ);
-  posix_spawnattr_destroy(&attr);
-  posix_spawn_file_actions_destroy(&files);
-  REQUIRE(rc == 0);
-  return pid;
+  std::vector<std::string> prepare = {"prepare"};
+  prepare.insert(prepare.end(), args.begin(), args.end());
+  return fanout_spawn(prepare, "/dev/null", log);
 }
 
 // "" when `path` is absent or a whole llm.c token file (its size as its header says).

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "tests/apps/fanout/checkpoint_util.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/presentation/svg_check_util.h"
 
@@ -17,11 +18,6 @@ using namespace fanout::test;
 
 namespace {
 namespace fs = std::filesystem;
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 void write(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());
@@ -50,7 +46,7 @@ TEST_CASE("report draws losses of 0 and 5e-324 with finite coordinates") {
   CliResult r = run_fanout({"report", tmp / "tiny", "--out", tmp / "r.html"});
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
-  const std::string page = read(tmp / "r.html");
+  const std::string page = file_read(tmp / "r.html");
   CHECK(xml_problem(page) == "");
   CHECK_FALSE(has_non_finite_coordinate(page));
   CHECK_FALSE(has(page, "nan"));
@@ -76,7 +72,7 @@ TEST_CASE("report of a 100,000-step log is a small page") {
   CliResult r = run_fanout({"report", tmp / "long", "--out", tmp / "r.html"});
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
-  const std::string page = read(tmp / "r.html");
+  const std::string page = file_read(tmp / "r.html");
   CHECK(xml_problem(page) == "");
   CHECK(page.size() < 200000);  // every point drawn: over 10 MB
   CHECK(has(page, "steps 1-100000, final loss 2"));

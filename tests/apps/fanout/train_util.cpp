@@ -96,9 +96,10 @@ bool poll_until(const std::function<bool()>& done, double timeout_s) {
 
 // --- BackgroundTrain --------------------------------------------------------------
 
-BackgroundTrain::BackgroundTrain(const std::vector<std::string>& args) {
+pid_t fanout_spawn(const std::vector<std::string>& args, const std::string& out,
+                   const std::string& err) {
   const std::string binary = fanout_binary();
-  std::vector<std::string> argv_s = {binary, "train"};
+  std::vector<std::string> argv_s = {binary};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& s : argv_s) argv.push_back(s.data());
@@ -107,7 +108,6 @@ BackgroundTrain::BackgroundTrain(const std::vector<std::string>& args) {
   posix_spawn_file_actions_t files;
   posix_spawn_file_actions_init(&files);
   posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
-  std::string out = logs_ / "out", err = logs_ / "err";
   posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   // A test runner started in the background may ignore SIGINT; the child must not.
@@ -122,10 +122,18 @@ BackgroundTrain::BackgroundTrain(const std::vector<std::string>& args) {
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-  int rc = posix_spawn(&pid_, binary.c_str(), &files, &attr, argv.data(), environ);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, binary.c_str(), &files, &attr, argv.data(), environ);
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&files);
   if (rc != 0) throw std::runtime_error("posix_spawn of fanout failed");
+  return pid;
+}
+
+BackgroundTrain::BackgroundTrain(const std::vector<std::string>& args) {
+  std::vector<std::string> train = {"train"};
+  train.insert(train.end(), args.begin(), args.end());
+  pid_ = fanout_spawn(train, logs_ / "out", logs_ / "err");
 }
 
 BackgroundTrain::~BackgroundTrain() {

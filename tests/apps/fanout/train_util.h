@@ -46,6 +46,11 @@ FlatWeights weights_concat(const std::string& dir);
 // Polls `done` every 100 us until it holds or `timeout_s` passes; returns whether it held.
 bool poll_until(const std::function<bool()>& done, double timeout_s);
 
+// `fanout ARGS...` started in the background, stdin from /dev/null, stdout and
+// stderr to the files named, SIGINT and SIGTERM at their default dispositions.
+pid_t fanout_spawn(const std::vector<std::string>& args, const std::string& out,
+                   const std::string& err);
+
 // `fanout train ARGS...` started in the background (stdout and stderr to files in a
 // temp directory, SIGINT at its default disposition). The destructor SIGKILLs and
 // reaps a run still going.
