@@ -23,7 +23,6 @@
 #include "tests/apps/fanout/train_util.h"
 #include "tests/paths_util.h"
 
-
 using namespace fanout::test;
 
 namespace {
