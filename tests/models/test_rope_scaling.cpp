@@ -187,7 +187,7 @@ TEST_CASE("a scaling whose RoPE angles overflow a float is refused, not trained 
   CHECK(refusal(j) == "(accepted)");
 }
 
-TEST_CASE("rope_parameters and rope_scaling that disagree are refused; agreeing ones are read") {
+TEST_CASE("rope_parameters and rope_scaling that disagree are refused, agreeing ones are read") {
   json j = tiny_json();
   json rp = llama31_scaling();
   rp["rope_theta"] = 500000.0;

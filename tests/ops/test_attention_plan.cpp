@@ -61,7 +61,7 @@ TEST_CASE("cuDNN layouts address our (B, T, H, D) tensors element for element") 
   CHECK(offset(st, B - 1, H - 1, T - 1, 0) == B * H * T - 1);
 }
 
-TEST_CASE("the score layouts are one matrix and its transpose; full heads are packed") {
+TEST_CASE("the score layouts are one matrix and its transpose, full heads are packed") {
   const SdpaShape s{2, 5, 4, 2, 8};
   const SdpaLayout sc = sdpa_layout_scores(s), sct = sdpa_layout_scores_transposed(s);
   CHECK(sc.dims == sct.dims);

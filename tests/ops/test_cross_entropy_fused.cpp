@@ -96,7 +96,7 @@ TEST_CASE("fused classifier forward: loss sum, count and lse of the bf16 logits,
   }
 }
 
-TEST_CASE("fused classifier backward: the gradient in place, rounded once; padding untouched") {
+TEST_CASE("fused classifier backward: the gradient in place, rounded once, padding untouched") {
   Stream s(cpu_device(0), "cpu:0 compute");
   for (auto [N, V, ld] : kCases) {
     CAPTURE(N);

@@ -56,7 +56,7 @@ TEST_CASE("bench times each mode over --steps and --min-seconds and reports the 
   }
 }
 
-TEST_CASE("bench --min-seconds 0 times exactly --steps steps; bad values fail in one line") {
+TEST_CASE("bench --min-seconds 0 times exactly --steps steps, bad values fail in one line") {
   test::TempDir dir("fanout-bench-timing");
   std::vector<std::string> args = timed_bench("0");
   args.insert(args.end(), {"--json", dir / "t.json"});

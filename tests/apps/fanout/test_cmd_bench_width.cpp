@@ -58,7 +58,7 @@ std::vector<std::string> bench(const std::vector<std::string>& more) {
 }
 }  // namespace
 
-TEST_CASE("bench fits 80 columns off a terminal, COLUMNS when set; --wide keeps every column") {
+TEST_CASE("bench fits 80 columns off a terminal, COLUMNS when set, --wide keeps every column") {
   test::TempDir dir("fanout-bench-width");
   // The longest labels, and flags the bench has long had (its default timing).
   auto r = test::run_fanout(
@@ -103,7 +103,7 @@ TEST_CASE("bench fits 80 columns off a terminal, COLUMNS when set; --wide keeps 
   }
 }
 
-TEST_CASE("the walkthrough fits 80 columns off a terminal; --wide keeps its tables whole") {
+TEST_CASE("the walkthrough fits 80 columns off a terminal, --wide keeps its tables whole") {
   test::TempDir dir("fanout-walkthrough-width");
   auto r = test::run_fanout({"walkthrough", "--trace", dir / "t.json"}, kNoColumns);
   CAPTURE(r.err);

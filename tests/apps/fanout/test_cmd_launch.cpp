@@ -338,7 +338,7 @@ TEST_CASE("launch refuses a malformed or out-of-range number before starting any
   }
 }
 
-TEST_CASE("launch takes torchrun's spellings and --standalone; ddp overlaps unless --no-overlap") {
+TEST_CASE("launch takes torchrun's spellings and --standalone, ddp overlaps unless --no-overlap") {
   TinyRun run;
   // As torchrun: underscores, --standalone; ddp overlaps its all-reduce by default.
   CliResult r = run_fanout(concat({"launch", "--nproc_per_node", "2", "--standalone", "--"},

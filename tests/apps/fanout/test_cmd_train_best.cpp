@@ -173,7 +173,7 @@ TEST_CASE("a run killed and resumed keeps best/ and stops early as the uninterru
         file_read(whole + "/best/model.safetensors"));
 }
 
-TEST_CASE("--val-batches caps the evaluation; --eval-batches is the same setting") {
+TEST_CASE("--val-batches caps the evaluation, --eval-batches is the same setting") {
   BestRun b;
   const std::string run = b.f.dir / "run";
   CliResult r = train_cli(b.args(run, {"--steps", "2", "--eval-batches", "3"}));

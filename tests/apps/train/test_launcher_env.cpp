@@ -236,7 +236,7 @@ TEST_CASE("MPI: Open MPI and PMI variables, master 127.0.0.1 only when every ran
   CHECK(read(pmi_job).master_port == 10777);
 }
 
-TEST_CASE("explicit variables win over slurm and MPI; MPI over slurm's batch step") {
+TEST_CASE("explicit variables win over slurm and MPI, MPI over slurm's batch step") {
   Env all = with(with(kSlurm, kOmpi), kTorch);
   CHECK(read(all).launcher == "RANK/WORLD_SIZE");
   CHECK(read(with(all, {{"TORCHELASTIC_RUN_ID", "r"}})).launcher == "torchrun");

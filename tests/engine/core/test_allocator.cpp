@@ -103,7 +103,7 @@ TEST_CASE("a capacity refuses an allocation past it in one line and counts nothi
   a.deallocate(p, 600, MemTag::params);
 }
 
-TEST_CASE("an allocation that exactly fills the capacity passes; freeing makes room again") {
+TEST_CASE("an allocation that exactly fills the capacity passes, freeing makes room again") {
   Allocator& a = allocator_for(cpu_device(44));
   CapacityReset reset{a};
   const size_t cap = size_t{1} << 20;

@@ -63,7 +63,7 @@ TEST_CASE("flat_round_bf16 rounds like float_to_bf16 and flat_add sums bf16 into
 }
 
 TEST_CASE(
-    "flat_add_round_bf16 is one fp32 add of rounded values, rounded; flat_widen_bf16 is exact") {
+    "flat_add_round_bf16 is one fp32 add of rounded values, rounded, flat_widen_bf16 is exact") {
   Stream s(cpu_device(0), "cpu:0 compute");
   for (int64_t n : {1, 65537, 200003}) {
     CAPTURE(n);

@@ -74,7 +74,7 @@ TEST_CASE("op profile: each op's time and count by name, the longest first") {
   s.synchronize();
 }
 
-TEST_CASE("op profile: off, scopes time nothing; a new profile starts from zero") {
+TEST_CASE("op profile: off, scopes time nothing, a new profile starts from zero") {
   Stream s(cpu_device(0), "cpu:0 compute");
   {
     OpScope scope(s, OpClass::loss, "cross_entropy_forward");

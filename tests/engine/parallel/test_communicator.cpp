@@ -303,7 +303,7 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("communicator: barrier waits for every member; broadcast_object sends any bytes") {
+TEST_CASE("communicator: barrier waits for every member, broadcast_object sends any bytes") {
   for (const auto& [setting, make_members] : kSettings) {
     for (int world = 1; world <= 4; ++world) {
       CAPTURE(setting);
@@ -335,7 +335,7 @@ TEST_CASE("communicator: barrier waits for every member; broadcast_object sends 
   }
 }
 
-TEST_CASE("communicator: i32 avg rounds toward zero and i32 sums wrap; max and min propagate NaN") {
+TEST_CASE("communicator: i32 avg rounds toward zero and i32 sums wrap, max and min propagate NaN") {
   Members m = local_members(2);
   std::vector<std::vector<double>> out(2);
   m.run([&](Communicator& c) {
