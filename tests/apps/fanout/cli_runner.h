@@ -39,6 +39,14 @@ inline constexpr bool kResidentMemoryChecked = false;
 inline constexpr bool kResidentMemoryChecked = true;
 #endif
 
+// Whether this build runs under AddressSanitizer (GCC's macro), which slows a
+// training run about tenfold: wall-clock bounds against hangs widen for it.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // Whether `part` occurs in `text`.
 inline bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
