@@ -76,20 +76,21 @@ std::string terminal_text_escape(std::string_view text) {
   return out;
 }
 
-size_t terminal_columns() {
-  constexpr size_t kNarrowest = 40, kFallback = 80;
-  size_t columns = 0;
+size_t terminal_width(int fd) {
   const char* env = std::getenv("COLUMNS");
   // The shared number rules, quietly: a stray COLUMNS is not the user's mistake here.
   if (env != nullptr && number_problem(env, true, false, 0, 0, 1, 100000, 0).empty()) {
-    columns = std::stoul(canonical_whole_number(env));
-  } else if (struct winsize ws{}; ::isatty(STDOUT_FILENO) &&
-                                  ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
-    columns = ws.ws_col;
-  } else {
-    columns = kFallback;
+    return std::stoul(canonical_whole_number(env));
   }
-  return std::max(columns, kNarrowest);
+  if (struct winsize ws{}; ::isatty(fd) && ::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+    return ws.ws_col;
+  }
+  return 80;
+}
+
+size_t terminal_columns() {
+  constexpr size_t kNarrowest = 40;
+  return std::max(terminal_width(STDOUT_FILENO), kNarrowest);
 }
 
 size_t display_width(std::string_view text) {

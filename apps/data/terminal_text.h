@@ -20,10 +20,14 @@ namespace fanout::data {
 // Valid UTF-8 otherwise passes unchanged (a backslash too).
 std::string terminal_text_escape(std::string_view text);
 
-// The columns printed text should fit: $COLUMNS when it is a whole number (a shell
-// sets it for its own terminal), else the width of the terminal stdout is
-// (ioctl TIOCGWINSZ), else 80 (a pipe or a file). Never below 40: narrower, nothing
-// would fit anyway.
+// How wide the terminal behind `fd` is: $COLUMNS when it is a whole number in
+// 1..100000 (a shell sets it for its own terminal; anything else in it is ignored,
+// being no mistake of the command's user), else the width of `fd` when it is a
+// terminal (ioctl TIOCGWINSZ), else 80 (a pipe or a file).
+size_t terminal_width(int fd);
+
+// The columns printed text on stdout should fit: terminal_width(stdout), never
+// below 40 (narrower, nothing would fit anyway).
 size_t terminal_columns();
 
 // The columns `text` takes on a terminal: one per UTF-8 character (a lead byte or a

@@ -1,7 +1,6 @@
 #include "apps/train/progress.h"
 
 #include <fcntl.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "apps/data/terminal_text.h"
 #include "engine/core/check.h"
 #include "engine/core/file_io.h"
 #include "engine/core/json_parse.h"
@@ -79,16 +79,6 @@ std::string progress_line_fit(const StepReport& r, int64_t total, double eta_s, 
   return line.append("] ").append(stats);
 }
 
-int terminal_columns(int fd) {
-  winsize ws{};
-  if (::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-  if (const char* c = std::getenv("COLUMNS")) {
-    const int n = std::atoi(c);
-    if (n > 0) return n;
-  }
-  return 80;
-}
-
 Progress::Progress(int64_t total_steps, int64_t first_step, bool quiet)
     : total_(total_steps),
       first_(first_step),
@@ -111,8 +101,8 @@ void Progress::step(const StepReport& r) {
   if (tty_) {
     // One column spare: a line filling the last column would wrap on some terminals.
     // The width is asked each time, so a resized window is followed.
-    const std::string line =
-        progress_line_fit(r, total_, eta, terminal_columns(fileno(stdout)) - 1);
+    const std::string line = progress_line_fit(
+        r, total_, eta, static_cast<int>(data::terminal_width(fileno(stdout))) - 1);
     std::printf("\r\033[K%s", line.c_str());
     std::fflush(stdout);
     bar_shown_ = true;

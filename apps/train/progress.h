@@ -24,9 +24,6 @@ struct StepReport {
 // bar), rather than wrapped; below the width of "step N/M | loss L" it is cut.
 std::string progress_line_fit(const StepReport& r, int64_t total, double eta_s, int width);
 
-// The width of the terminal on `fd` (TIOCGWINSZ), else $COLUMNS, else 80.
-int terminal_columns(int fd);
-
 class Progress {
  public:
   // quiet: print nothing but messages (for --json runs)

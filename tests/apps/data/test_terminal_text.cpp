@@ -1,10 +1,14 @@
 // terminal_text_escape: control characters and invalid UTF-8 never reach the output
 // raw; '\n', '\t' and valid UTF-8 (C1 controls aside) pass unchanged. The width
 // helpers: display_width counts characters (not bytes, not colour sequences) and
-// terminal_columns reads COLUMNS by the shared number rules, else 80 off a terminal.
+// terminal_columns reads COLUMNS by the shared number rules, else 80 off a terminal;
+// terminal_width asks the terminal itself (a pseudo-terminal here) when COLUMNS is
+// not a number, and has no floor.
 
 #include "apps/data/terminal_text.h"
 
+#include <fcntl.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -92,5 +96,38 @@ TEST_CASE("terminal_columns takes COLUMNS when it is a whole number, else 80 off
   }
   ::unsetenv("COLUMNS");
   if (!::isatty(STDOUT_FILENO)) CHECK(terminal_columns() == 80);
+  if (saved) ::setenv("COLUMNS", before.c_str(), 1);
+}
+
+TEST_CASE("terminal_width reads a terminal's own width unless COLUMNS is a number") {
+  using fanout::data::terminal_width;
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  REQUIRE(master >= 0);
+  REQUIRE(::grantpt(master) == 0);
+  REQUIRE(::unlockpt(master) == 0);
+  const char* name = ::ptsname(master);
+  REQUIRE(name != nullptr);
+  const int tty = ::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  REQUIRE(tty >= 0);
+  struct winsize ws {};
+  ws.ws_col = 57, ws.ws_row = 20;
+  REQUIRE(::ioctl(tty, TIOCSWINSZ, &ws) == 0);
+  const char* saved = std::getenv("COLUMNS");
+  const std::string before = saved ? saved : "";
+  ::unsetenv("COLUMNS");
+  CHECK(terminal_width(tty) == 57);
+  ::setenv("COLUMNS", "abc", 1);  // not a number: the terminal decides
+  CHECK(terminal_width(tty) == 57);
+  ::setenv("COLUMNS", "0133", 1);  // decimal, never octal
+  CHECK(terminal_width(tty) == 133);
+  ::setenv("COLUMNS", "20", 1);  // no floor: a progress bar must fit a narrow terminal
+  CHECK(terminal_width(tty) == 20);
+  ::unsetenv("COLUMNS");
+  const int file = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  REQUIRE(file >= 0);
+  CHECK(terminal_width(file) == 80);
+  ::close(file);
+  ::close(tty);
+  ::close(master);
   if (saved) ::setenv("COLUMNS", before.c_str(), 1);
 }

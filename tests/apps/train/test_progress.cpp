@@ -101,16 +101,3 @@ TEST_CASE("the progress bar fills in proportion to the step") {
   CHECK(bar.size() == 24);
   CHECK(std::count(bar.begin(), bar.end(), '#') == 12);
 }
-
-TEST_CASE("the terminal width comes from $COLUMNS when the output is not a terminal") {
-  const int fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  const char* before = std::getenv("COLUMNS");
-  const std::string saved = before ? before : "";
-  ::setenv("COLUMNS", "57", 1);
-  CHECK(train::terminal_columns(fd) == 57);
-  ::unsetenv("COLUMNS");
-  CHECK(train::terminal_columns(fd) == 80);
-  if (before) ::setenv("COLUMNS", saved.c_str(), 1);
-  ::close(fd);
-}
