@@ -15,6 +15,7 @@
 #include "apps/fanout/cli_parse.h"
 #include "apps/fanout/commands.h"
 #include "engine/core/check.h"
+#include "engine/core/cpu_device.h"
 
 int main(int argc, char** argv) {
   using namespace fanout;
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    // The environment every command's devices read is checked before any command
+    // creates a file: a malformed value must not leave a half-made --out behind.
+    cpu_threads_per_device();
     for (auto& run : commands) {
       int rc = run();
       if (rc >= 0) return rc;

@@ -8,6 +8,7 @@
 
 #include "engine/core/check.h"
 #include "engine/core/number_text.h"
+#include "engine/core/open_files.h"
 #include "engine/parallel/rendezvous_server.h"
 #include "engine/parallel/rendezvous_wire.h"
 #include "engine/parallel/torch_store.h"
@@ -114,7 +115,8 @@ Device ddp_device(const DdpEnv& env, const std::vector<Device>& devices) {
 // A world that cannot assemble fails at the meeting, in one line naming the
 // absent ranks, with nothing per peer to tear down; a WORLD_SIZE past what the
 // rendezvous (kMaxWorldSize) or a Gloo mesh (kMaxGlooWorld) holds is refused
-// before anything connects.
+// before anything connects, and so is one whose sockets the open-file limit
+// cannot hold (open_files.h; the soft limit is raised first where it can be).
 
 DdpGroup ddp_connect(const DdpEnv& env, Device device, double timeout_s, bool announce) {
   FANOUT_CHECK(timeout_s > 0, "--timeout must be positive");
@@ -123,6 +125,11 @@ DdpGroup ddp_connect(const DdpEnv& env, Device device, double timeout_s, bool an
                parallel::kMaxGlooWorld,
                ": its Gloo mesh passes every rank's address for each other rank through rank 0's "
                "rendezvous)");
+  // Sockets before any opens: one per peer in a Gloo mesh, one per rank at rank 0's
+  // rendezvous, and a margin for the files every run holds.
+  const int64_t peers = device.is_cuda() ? 0 : env.world, served = env.is_main() ? env.world : 0;
+  open_files_ensure(peers + served + 64,
+                    detail::str_cat("rank ", env.rank, " of ", env.world, " ranks"));
   const auto start = std::chrono::steady_clock::now();
   if (announce && env.is_main()) {
     std::printf("%s\n", launcher_line(env).c_str());

@@ -30,6 +30,7 @@
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/cuda_runtime.h"
+#include "engine/core/number_text.h"
 #include "engine/core/trace.h"
 #include "engine/parallel/data_parallel.h"
 #include "models/llama_checkpoint.h"
@@ -143,17 +144,22 @@ std::string sample_text(models::LlamaModel& model, const data::TextTokenizer& to
 }  // namespace
 
 int train_run(TrainOptions options, const std::set<std::string>& given, std::string* run_dir) {
+  // Test hook (tests/apps/fanout): rank FANOUT_TEST_KILL_RANK kills itself at the
+  // start of step FANOUT_TEST_KILL_STEP. Read by the number rules before anything is made.
+  int64_t kill_rank = -1, kill_step = -1;
+  if (const char* r = std::getenv("FANOUT_TEST_KILL_RANK")) {
+    const char* step = std::getenv("FANOUT_TEST_KILL_STEP");
+    FANOUT_CHECK(step != nullptr, "environment variable FANOUT_TEST_KILL_RANK is set without ",
+                 "FANOUT_TEST_KILL_STEP");
+    kill_rank = parse_whole_number(r, 0, INT32_MAX, "environment variable FANOUT_TEST_KILL_RANK");
+    kill_step =
+        parse_whole_number(step, 0, INT64_MAX, "environment variable FANOUT_TEST_KILL_STEP");
+  }
   Setup s = train_prepare(std::move(options), given);
   const TrainOptions& o = s.o;
   train_options_check_validation(o, s.has_val);
   const bool main_rank = s.ddp.is_main();  // only rank 0 prints, logs and checkpoints
-  // Test hook (tests/apps/fanout): this rank kills itself at the start of a step.
-  int64_t kill_step = -1;
-  if (const char* r = std::getenv("FANOUT_TEST_KILL_RANK")) {
-    if (std::atoi(r) == s.ddp.rank && std::getenv("FANOUT_TEST_KILL_STEP")) {
-      kill_step = std::atoll(std::getenv("FANOUT_TEST_KILL_STEP"));
-    }
-  }
+  if (kill_rank != s.ddp.rank) kill_step = -1;
   DdpGroup ddp;
   if (s.ddp.enabled) ddp = ddp_connect(s.ddp, s.devices[0], o.timeout, !o.json);
   parallel::ProcessGroup* group = ddp.group.get();

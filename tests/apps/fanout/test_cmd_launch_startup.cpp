@@ -7,6 +7,9 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/launch_util.h"
@@ -103,7 +106,47 @@ TEST_CASE("environment numbers go by fanout's number rules and a bad one is name
                     run.dir.path, "threads");
     REQUIRE(p.wait(60));
     check_fails(p.rc(), p.err(), {"environment variable FANOUT_CPU_THREADS: '" + threads + "'"});
+    // Refused before --out is made: no empty run folder is left behind.
+    CHECK_FALSE(fs::exists(run.dir / "threads"));
   }
+  // The test hook's variables by the same rules ("x" was read as rank 0, "2y" as 2).
+  for (const auto& [entries, phrase] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"FANOUT_TEST_KILL_RANK=x", "FANOUT_TEST_KILL_STEP=1"},
+            "environment variable FANOUT_TEST_KILL_RANK: 'x' is not a whole number"},
+           {{"FANOUT_TEST_KILL_RANK=0", "FANOUT_TEST_KILL_STEP=2y"},
+            "environment variable FANOUT_TEST_KILL_STEP: '2y' is not a whole number"},
+           {{"FANOUT_TEST_KILL_RANK=0"},
+            "FANOUT_TEST_KILL_RANK is set without FANOUT_TEST_KILL_STEP"}}) {
+    CAPTURE(entries.front());
+    FanoutProcess p(run.train_args(run.dir / "hook", 1), entries, run.dir.path, "hook");
+    REQUIRE(p.wait(60));
+    check_fails(p.rc(), p.err(), {phrase});
+    CHECK_FALSE(fs::exists(run.dir / "hook"));
+  }
+}
+
+TEST_CASE("a ddp rank checks its open-file limit before it connects, raising the soft one") {
+  // Rank 0 of 100 on CPU devices holds a Gloo socket per peer and a rendezvous
+  // socket per rank: with 64 files at most it failed halfway through the mesh
+  // ("socket: Too many open files") once the ranks came.
+  TinyRun run;
+  std::string env;
+  for (const std::string& e : rank_env(0, 100, free_port())) env += e + " ";
+  auto rank0 = [&](const std::string& limits) {
+    return run_fanout(concat(run.train_args(run.dir / "out", 1), concat(kDdp, {"--timeout", "2"})),
+                      env + "prlimit --nofile=" + limits);
+  };
+  CliResult r = rank0("64:64");
+  check_fails(r.rc, r.err,
+              {"rank 0 of 100 ranks needs about 264 open files, and this process may open at "
+               "most 64",
+               "ulimit -n 264"});
+  CHECK_FALSE(fs::exists(run.dir / "out"));
+  // A soft limit below the need and a hard one above: raised, and the start-up goes
+  // on (to wait for ranks that never come, here).
+  r = rank0("64:4096");
+  check_fails(r.rc, r.err, {"rank 0: ranks 1-99 of 100 never connected to the master"});
 }
 
 TEST_CASE("a launch inside another launch is refused in one line") {
