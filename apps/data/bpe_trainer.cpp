@@ -18,6 +18,7 @@
 #include <tbb/parallel_pipeline.h>
 
 #include "apps/data/byte_level.h"
+#include "apps/data/jsonl_documents.h"
 #include "apps/data/token_file.h"
 #include "engine/core/check.h"
 #include "engine/core/file_io.h"
@@ -93,11 +94,15 @@ void count_text(std::string_view text, WordCounts& counts, int64_t& pieces) {
 
 // --- reading text in chunks ---------------------------------------------------------
 
-// A text to train on: a file (read with pread) or a string (tests).
+// A text to train on: a file (read with pread) or a string (tests). A JSON Lines
+// source is trained on as the text of its documents joined by blank lines ("\n\n"),
+// exactly as a text file holding them would be.
 struct Source {
   std::string name;
   uint64_t size = 0;
   const std::string* text = nullptr;  // null: the file `name`
+  bool jsonl = false;
+  std::string field;  // JSON Lines: the member holding each document
 };
 
 size_t read_at(int fd, char* dst, size_t bytes, uint64_t offset, const std::string& path) {
@@ -113,7 +118,7 @@ size_t read_at(int fd, char* dst, size_t bytes, uint64_t offset, const std::stri
 }
 
 // Checks a --data file before any work: a regular, non-empty text file.
-Source source_check(const std::string& path) {
+Source source_check(const std::string& path, const BpeTrainOptions& options) {
   FANOUT_CHECK(!path.empty(), "an empty path was given as a text file");
   const RegularFile file(path);
   FANOUT_CHECK(file.size() > 0, path, ": is empty");
@@ -126,7 +131,8 @@ Source source_check(const std::string& path) {
         !((magic == kBinMagicU16 && version == 1) || (magic == kBinMagicU32 && version == 7)), path,
         ": is a token file, not text (tokenizers train on text)");
   }
-  return Source{path, file.size(), nullptr};
+  const bool jsonl = options.format.empty() ? jsonl_name(path) : options.format == "jsonl";
+  return Source{path, file.size(), nullptr, jsonl, options.text_field};
 }
 
 // Hands out the sources' text in chunks of about chunk_bytes, each ending at a
@@ -144,19 +150,9 @@ class ChunkReader {
       // Read until a cut is found or the source ends; the text past the cut is kept.
       while (offset_ < src.size) {
         const size_t old = carry_.size();
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, src.size - offset_));
-        carry_.resize(old + n);
-        if (src.text) {
-          std::memcpy(carry_.data() + old, src.text->data() + offset_, n);
-        } else {
-          const size_t got = read_at(file_->fd(), carry_.data() + old, n, offset_, src.name);
-          // A file cut short while it is read is an error, not a smaller corpus.
-          FANOUT_CHECK(got == n, src.name, ": changed while it was read (", offset_ + got,
-                       " bytes where there were ", src.size, ")");
-        }
-        offset_ += n;
+        read_more(src);
         if (offset_ >= src.size) break;
-        // Search only the new bytes (and the one before them).
+        // Search only the new text (and the byte before it).
         const size_t from = old > 0 ? old - 1 : 0;
         if (size_t cut = bpe_chunk_cut(std::string_view(carry_).substr(from)); cut > 0) {
           out.assign(carry_, 0, from + cut);
@@ -164,23 +160,62 @@ class ChunkReader {
           return true;
         }
       }
+      FANOUT_CHECK(!src.jsonl || documents_ > 0, src.name,
+                   ": holds no document (every line is blank or its text is)");
       out.swap(carry_);
       carry_.clear();
       file_.reset();
-      offset_ = 0;
+      read_ += src.size;
+      offset_ = 0, lines_ = 0, documents_ = 0;
       ++index_;
       if (!out.empty()) return true;
     }
     return false;
   }
 
+  // Bytes of the sources read so far (a JSON Lines file's whole lines, not its text).
+  uint64_t bytes_read() const { return read_ + offset_; }
+
  private:
+  // Appends up to chunk_bytes of `src` to carry_: the bytes of a text source, the
+  // documents of the JSON Lines read whole so far (a line cut by the read waits in
+  // raw_ for its end).
+  void read_more(const Source& src) {
+    std::string& into = src.jsonl ? raw_ : carry_;
+    const size_t old = into.size();
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, src.size - offset_));
+    into.resize(old + n);
+    if (src.text) {
+      std::memcpy(into.data() + old, src.text->data() + offset_, n);
+    } else {
+      const size_t got = read_at(file_->fd(), into.data() + old, n, offset_, src.name);
+      // A file cut short while it is read is an error, not a smaller corpus.
+      FANOUT_CHECK(got == n, src.name, ": changed while it was read (", offset_ + got,
+                   " bytes where there were ", src.size, ")");
+    }
+    offset_ += n;
+    if (!src.jsonl) return;
+    const bool end = offset_ >= src.size;
+    const size_t whole = end ? raw_.size() : raw_.rfind('\n') + 1;  // npos + 1 == 0
+    if (whole == 0) return;
+    const std::string_view lines = std::string_view(raw_).substr(0, whole);
+    for (JsonlDocument& doc : jsonl_documents(lines, src.name, src.field, lines_ + 1)) {
+      if (documents_++ > 0) carry_ += "\n\n";
+      carry_ += doc.text;
+    }
+    lines_ += static_cast<int64_t>(std::count(lines.begin(), lines.end(), '\n'));
+    raw_.erase(0, whole);
+  }
+
   const std::vector<Source>& sources_;
   size_t chunk_bytes_;
   size_t index_ = 0;
-  uint64_t offset_ = 0;
+  uint64_t offset_ = 0, read_ = 0;
   std::unique_ptr<RegularFile> file_;
   std::string carry_;
+  std::string raw_;        // JSON Lines: the start of a line not read whole yet
+  int64_t lines_ = 0;      // JSON Lines: lines converted so far, for messages
+  int64_t documents_ = 0;  // JSON Lines: documents taken so far
 };
 
 struct Counted {
@@ -195,28 +230,37 @@ Counted count_sources(const std::vector<Source>& sources, const BpeTrainOptions&
   for (const Source& s : sources) total += s.size;
   ChunkReader reader(sources, static_cast<size_t>(options.chunk_bytes));
   tbb::combinable<Counted> locals;
-  std::atomic<int64_t> counted{0};  // bytes of the chunks counted so far
+  // Progress counts the bytes of the sources (a JSON Lines file's whole lines) whose
+  // text has been counted: each chunk carries the bytes read since the one before.
+  struct Chunk {
+    std::string text;
+    uint64_t read = 0;
+  };
+  std::atomic<int64_t> counted{0};
+  uint64_t handed = 0;  // bytes_read() when the last chunk was handed out
   const size_t in_flight = 2 * static_cast<size_t>(tbb::info::default_concurrency()) + 1;
-  auto read = [&](tbb::flow_control& fc) -> std::shared_ptr<std::string> {
-    auto chunk = std::make_shared<std::string>();
-    if (!reader.next(*chunk)) {
+  auto read = [&](tbb::flow_control& fc) -> std::shared_ptr<Chunk> {
+    auto chunk = std::make_shared<Chunk>();
+    if (!reader.next(chunk->text)) {
       fc.stop();
       return nullptr;
     }
+    chunk->read = reader.bytes_read() - handed;
+    handed = reader.bytes_read();
     if (progress) {
       progress({BpeTrainProgress::Phase::kCounting, counted.load(), static_cast<int64_t>(total)});
     }
     return chunk;
   };
-  auto count = [&](const std::shared_ptr<std::string>& chunk) {
+  auto count = [&](const std::shared_ptr<Chunk>& chunk) {
     Counted& local = locals.local();
-    count_text(*chunk, local.words, local.pieces);
-    counted += static_cast<int64_t>(chunk->size());
+    count_text(chunk->text, local.words, local.pieces);
+    counted += static_cast<int64_t>(chunk->read);
   };
-  tbb::parallel_pipeline(in_flight, tbb::make_filter<void, std::shared_ptr<std::string>>(
-                                        tbb::filter_mode::serial_in_order, read) &
-                                        tbb::make_filter<std::shared_ptr<std::string>, void>(
-                                            tbb::filter_mode::parallel, count));
+  tbb::parallel_pipeline(
+      in_flight,
+      tbb::make_filter<void, std::shared_ptr<Chunk>>(tbb::filter_mode::serial_in_order, read) &
+          tbb::make_filter<std::shared_ptr<Chunk>, void>(tbb::filter_mode::parallel, count));
   if (progress) {
     progress({BpeTrainProgress::Phase::kCounting, counted.load(), static_cast<int64_t>(total)});
   }
@@ -469,7 +513,10 @@ BpeModel bpe_train(const std::vector<std::string>& files, const BpeTrainOptions&
                    BpeTrainStats* stats) {
   FANOUT_CHECK(!files.empty(), "no text file to train a tokenizer on");
   std::vector<Source> sources;
-  for (const std::string& f : files) sources.push_back(source_check(f));
+  FANOUT_CHECK(options.format.empty() || options.format == "text" || options.format == "jsonl",
+               "the format of text files is text or jsonl, not '", options.format, "'");
+  FANOUT_CHECK(!options.text_field.empty(), "an empty string is not a JSON Lines field name");
+  for (const std::string& f : files) sources.push_back(source_check(f, options));
   return train_sources(sources, options, progress, stats);
 }
 
@@ -477,7 +524,7 @@ BpeModel bpe_train_texts(const std::vector<std::string>& texts, const BpeTrainOp
   std::vector<Source> sources;
   for (size_t i = 0; i < texts.size(); ++i) {
     FANOUT_CHECK(!texts[i].empty(), "text ", i, " is empty");
-    sources.push_back({"text " + std::to_string(i), texts[i].size(), &texts[i]});
+    sources.push_back({"text " + std::to_string(i), texts[i].size(), &texts[i], false, ""});
   }
   return train_sources(sources, options, {}, nullptr);
 }

@@ -20,6 +20,12 @@ struct BpeTrainOptions {
   int64_t vocab_size = 8192;
   // Bytes of text counted per task (files are read in chunks about this big).
   int64_t chunk_bytes = int64_t{8} << 20;
+  // How the files hold their text: "text", "jsonl" (one JSON object per line, its
+  // member `text_field` one document; the documents are trained on joined by blank
+  // lines, as a text file holding them would be), or "" (by name: .jsonl files are
+  // JSON Lines, every other file text).
+  std::string format;
+  std::string text_field = "text";
 };
 
 // The vocabularies bpe_train accepts: from specials, bytes and one merge to 2^24.
@@ -45,10 +51,11 @@ struct BpeTrainStats {
 // token per merge, in rank order. Special tokens' text in the files is split
 // out before pre-tokenizing, as HF's encoder splits it, so it is never merged.
 // Throws fanout::Error naming the file for a missing, unreadable, empty or
-// non-regular file or an llm.c token file. Text with few distinct pieces can
-// run out of pairs before vocab_size: the model then has fewer tokens (as HF's
-// trainer stops), still with dense ids. `progress` (may be empty) is called by
-// one thread at a time, often enough for a progress bar.
+// non-regular file or an llm.c token file, and naming the line for a JSON Lines
+// line that holds no document (jsonl_documents.h) or a file that holds none. Text with few distinct
+// pieces can run out of pairs before vocab_size: the model then has fewer tokens (as HF's trainer
+// stops), still with dense ids. `progress` (may be empty) is called by one thread at a time, often
+// enough for a progress bar.
 BpeModel bpe_train(const std::vector<std::string>& files, const BpeTrainOptions& options,
                    const std::function<void(const BpeTrainProgress&)>& progress = {},
                    BpeTrainStats* stats = nullptr);

@@ -21,9 +21,10 @@ std::string kind_of(const nlohmann::json& j) {
 }  // namespace
 
 std::vector<JsonlDocument> jsonl_documents(std::string_view text, const std::string& path,
-                                           const std::string& field) {
+                                           const std::string& field, int64_t first_line,
+                                           const char* field_hint) {
   std::vector<JsonlDocument> docs;
-  int64_t line = 0;
+  int64_t line = first_line - 1;
   for (size_t pos = 0; pos < text.size();) {
     const size_t nl = std::min(text.find('\n', pos), text.size());
     const std::string_view row = text.substr(pos, nl - pos);
@@ -35,8 +36,7 @@ std::vector<JsonlDocument> jsonl_documents(std::string_view text, const std::str
     FANOUT_CHECK(j.is_object(), where, ": a JSON ", j.type_name(),
                  ", not an object (each line is one document, {\"", field, "\": \"...\"})");
     const auto it = j.find(field);
-    FANOUT_CHECK(it != j.end(), where, ": no \"", field,
-                 "\" field (name the field that holds the text with --text-field)");
+    FANOUT_CHECK(it != j.end(), where, ": no \"", field, "\" field (", field_hint, ")");
     FANOUT_CHECK(it->is_string(), where, ": \"", field, "\" holds ", kind_of(*it),
                  ", not a string");
     std::string doc = it->get<std::string>();

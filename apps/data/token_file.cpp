@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "apps/data/jsonl_documents.h"
 #include "apps/data/tokenizer.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
@@ -25,6 +26,9 @@ namespace {
 constexpr int kHeaderInts = 256;
 constexpr int64_t kHeaderBytes = kHeaderInts * 4;
 constexpr uint64_t kMaxTextBytes = uint64_t{1} << 30;
+constexpr const char* kDataTextFieldHint =
+    "a .jsonl data file is read by its \"text\" field; fanout prepare --text-field reads "
+    "another";
 
 // Up to `bytes` from `offset`; fewer only at the end of the file.
 size_t read_at(int fd, void* dst, size_t bytes, uint64_t offset, const std::string& path) {
@@ -285,20 +289,32 @@ TokenData token_file_load(const std::string& path, std::string_view flag,
   data.bot = tokenizer.bot(), data.eot = tokenizer.eot(), data.pad = tokenizer.pad();
   if ((has_head && is_token_magic(head[0])) || name_ends_with_bin(path)) {
     load_bin(data, file);
-  } else if (tokenizer.is_byte()) {
+    return data;
+  }
+  const bool jsonl = jsonl_name(path);
+  if (tokenizer.is_byte() && !jsonl) {
     load_text(data, file);  // streamed (Note [Streaming text])
-  } else {
-    const uint64_t limit = token_file_text_limit();
-    FANOUT_CHECK(file.size() <= limit, path, ": ", file.size(), " bytes of text is more than the ",
-                 limit,
-                 " bytes a text file may hold here (convert it with fanout prepare to an llm.c "
-                 ".bin token file, which is read on demand)");
-    const std::string text = file_read_regular(path, limit);
+    return data;
+  }
+  const uint64_t limit = token_file_text_limit();
+  FANOUT_CHECK(file.size() <= limit, path, ": ", file.size(), " bytes of text is more than the ",
+               limit,
+               " bytes a text file may hold here (convert it with fanout prepare to an llm.c "
+               ".bin token file, which is read on demand)");
+  const std::string text = file_read_regular(path, limit);
+  if (!jsonl) {
     TokenData encoded = token_data_from_documents(split_documents(text), tokenizer, path);
     FANOUT_CHECK(!encoded.documents.empty(), path, ": holds no text (only blank lines)");
     return encoded;
   }
-  return data;
+  // JSON Lines: each line's "text" member is one document.
+  std::vector<std::string> documents;
+  for (JsonlDocument& doc : jsonl_documents(text, path, "text", 1, kDataTextFieldHint)) {
+    documents.push_back(std::move(doc.text));
+  }
+  FANOUT_CHECK(!documents.empty(), path,
+               ": holds no document (every line is blank or its text is)");
+  return token_data_from_documents(documents, tokenizer, path);
 }
 
 TokenData token_data_from_documents(const std::vector<std::string>& documents,

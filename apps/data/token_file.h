@@ -47,8 +47,10 @@ struct TokenData {
 constexpr int32_t kBinMagicU16 = 20240520, kBinMagicU32 = 20240801;
 
 // A file whose first 8 bytes are an llm.c magic and version is a token file, whatever
-// its name; any other file is text, except that a name ending in .bin (any case) that
-// does not start like a token file is refused (most likely a damaged token file).
+// its name; a name ending in .jsonl (any case) is JSON Lines, each line's "text"
+// member one document (jsonl_documents.h); any other file is text, except that a
+// name ending in .bin (any case) that does not start like a token file is refused
+// (most likely a damaged token file).
 // `flag` ("--data") names the flag in the message for an empty path. Text is split
 // into documents at blank lines (split_documents) and each is encoded by `tokenizer`
 // as [BOT] doc [EOT]; the ids of [BOT], [EOT] and [PAD] are `tokenizer`'s.

@@ -1,7 +1,8 @@
 // `fanout eval`: the mean loss of a checkpoint over a data file, with llm.c's
 // no-shuffle windows (B*T+1 tokens advancing by B*T), split over --devices. A
 // checkpoint with NaN or Inf weights is refused by the reader, naming the tensor. A
-// text file is encoded with the checkpoint's tokenizer.json.
+// text file is encoded with the checkpoint's tokenizer.json; a token file `fanout
+// prepare` made with another tokenizer is refused.
 
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/data/data_loader.h"
+#include "apps/data/text_tokenizer.h"
 #include "apps/data/token_file.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
@@ -94,6 +96,16 @@ int run_eval(const EvalArgs& a) {
                config.max_position_embeddings, ")");
   // Text is encoded with the checkpoint's tokenizer.json (bytes for checkpoints without one).
   const auto tokenizer = train::checkpoint_tokenizer(a.checkpoint);
+  // `fanout prepare` leaves the tokenizer it encoded with beside its token files: ids
+  // made by another tokenizer than the checkpoint's mean other text, and their loss
+  // would be noise. Token files with none beside them (llm.c's) are read as before.
+  if (const std::string beside = data::token_file_tokenizer_path(a.data); !beside.empty()) {
+    const auto prepared = data::tokenizer_load(beside);
+    FANOUT_CHECK(prepared->to_json() == tokenizer->to_json(), "--data ", a.data,
+                 " was prepared with ", beside, " (", prepared->describe(),
+                 "), not the tokenizer checkpoint ", a.checkpoint, " was trained with (",
+                 tokenizer->describe(), "): evaluate on data prepared with the checkpoint's");
+  }
   data::TokenData data = data::token_file_load(a.data, "--data", *tokenizer);
   data::token_data_check_vocab(data, config.vocab_size);
   data::DataLoader loader(data, a.batch_size, a.seq_len, true, false, 0, models::kIgnoreIndex);
@@ -154,8 +166,9 @@ Command add_eval_command(CLI::App& app) {
                   "Checkpoint directory (config.json + model.safetensors, or HF shards)")
       ->required();
   cmd->add_option("--data", a->data,
-                  "llm.c .bin token file, or a UTF-8 text file (encoded with the checkpoint's "
-                  "tokenizer.json, else as bytes)")
+                  "llm.c .bin token file, JSON Lines (.jsonl, each line's \"text\" a "
+                  "document) or UTF-8 text (text encoded with the checkpoint's tokenizer.json, "
+                  "else as bytes)")
       ->required();
   add_number(cmd, "--batch-size", a->batch_size, "Rows per batch", int64_t{1}, train::kMaxCount);
   add_number(cmd, "--seq-len", a->seq_len, "Tokens per row", int64_t{1}, train::kMaxCount);

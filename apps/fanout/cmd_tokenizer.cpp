@@ -3,7 +3,6 @@
 // and [PAD] (bpe_trainer.h) and writes it as HF's tokenizer.json; a progress bar
 // on a terminal, plain lines otherwise (about every 10 %), and the throughput at the end.
 
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,7 @@
 #include "apps/data/bpe_tokenizer.h"
 #include "apps/data/bpe_trainer.h"
 #include "apps/data/output_kinds.h"
+#include "apps/data/terminal_text.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
 #include "engine/core/check.h"
@@ -31,18 +31,14 @@ struct TrainFlags {
   std::vector<std::string> data;
   int64_t vocab_size = 8192;
   std::string out;
+  std::string format;               // "", text or jsonl (data::BpeTrainOptions)
+  std::string text_field = "text";  // JSON Lines: the member holding each document
 };
 
 std::string mb_str(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
   return buf;
-}
-
-int terminal_columns() {
-  struct winsize ws {};
-  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col >= 20) return ws.ws_col;
-  return 80;
 }
 
 // A bar redrawn in place on stderr when it is a terminal (at most 10 times a
@@ -91,7 +87,7 @@ class TrainDisplay {
       return;
     }
     // The bar's width stays put while the text beside it (at most ~50 columns) changes.
-    const int width = std::clamp(terminal_columns() - 55, 0, 40);
+    const int width = std::clamp(static_cast<int>(data::terminal_width(STDERR_FILENO)) - 55, 0, 40);
     const int filled =
         p.total > 0 ? static_cast<int>(width * std::min(p.done, p.total) / p.total) : width;
     std::fprintf(stderr, "\r\033[K");
@@ -126,6 +122,8 @@ int run_train(const TrainFlags& flags) {
   TrainDisplay display;
   data::BpeTrainOptions options;
   options.vocab_size = flags.vocab_size;
+  options.format = flags.format;
+  options.text_field = flags.text_field;
   data::BpeTrainStats stats;
   data::BpeModel model;
   try {
@@ -185,9 +183,21 @@ Command add_tokenizer_command(CLI::App& app) {
   auto* train = cmd->add_subcommand(
       "train", "Train a byte-level BPE (GPT-2 / HF ByteLevel) with [BOT], [EOT], [PAD]");
   auto flags = std::make_shared<TrainFlags>();
-  train->add_option("--data", flags->data, "Text files to train on (UTF-8; any bytes encode)")
+  train
+      ->add_option("--data", flags->data,
+                   "Text files to train on (UTF-8; any bytes encode), or JSON Lines files "
+                   "(.jsonl: one {\"text\": ...} document per line)")
       ->required()
       ->expected(1, -1);
+  train
+      ->add_option("--format", flags->format,
+                   "text or jsonl for every --data file (default: jsonl for names ending in "
+                   ".jsonl, else text)")
+      ->check(CLI::IsMember({"text", "jsonl"}));
+  train
+      ->add_option("--text-field", flags->text_field, "JSON Lines: the field holding each document")
+      ->capture_default_str()
+      ->check(not_empty());
   add_number(train, "--vocab-size", flags->vocab_size,
              "Tokens in all: 3 special, 256 bytes and at least one merge", data::kBpeMinVocab,
              data::kBpeMaxVocab);

@@ -47,7 +47,9 @@ Command add_train_command(CLI::App& app) {
   add("config", o->config, "An HF Llama config.json instead of a preset");
   add("init", o->init, "Start from the weights of this checkpoint directory");
   // data
-  add("data", o->data, "llm.c .bin token file or UTF-8 text (default: the embedded corpus)");
+  add("data", o->data,
+      "llm.c .bin token file, JSON Lines (.jsonl, each line's \"text\" a document) or UTF-8 "
+      "text (default: the embedded corpus)");
   add("val-data", o->val_data,
       "Held-out data for --eval-every (default: --data's last --val-split of tokens)");
   num("val-split", o->val_split, 0.0, 0.5,

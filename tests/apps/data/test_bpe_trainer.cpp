@@ -339,3 +339,131 @@ TEST_CASE("bad inputs to bpe_train are one error naming the file") {
     CHECK(has(error_of([&] { bpe_train({dir / "ok.txt"}, options); }), "is not possible"));
   }
 }
+
+// --- JSON Lines -----------------------------------------------------------------------
+
+namespace {
+// `text` escaped as a JSON string's contents.
+std::string json_escaped(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a JSON Lines file trains as the text file of its documents joined by blank lines") {
+  TempDir dir("fanout-bpe");
+  // Documents with blank lines, tabs, quotes and non-ASCII letters inside, lines of
+  // other members and blank lines between them, and documents of only whitespace.
+  std::vector<std::string> docs;
+  const std::string varied = varied_text(120000, 7);
+  // Cut at UTF-8 character starts: JSON strings hold whole characters.
+  auto char_start = [&](size_t at) {
+    while (at < varied.size() && (static_cast<unsigned char>(varied[at]) & 0xC0) == 0x80) ++at;
+    return std::min(at, varied.size());
+  };
+  for (size_t at = 0; at < varied.size();) {
+    const size_t end = char_start(at + 1 + at % 997);
+    docs.push_back(varied.substr(at, end - at));
+    at = end;
+  }
+  std::string jsonl, text;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    if (i % 7 == 3) jsonl += "\n";
+    if (i % 11 == 5) jsonl += "{\"text\": \" \\n \", \"id\": 0}\n";  // whitespace: dropped
+    jsonl += "{\"id\": " + std::to_string(i) + ", \"text\": \"" + json_escaped(docs[i]) + "\"}\n";
+    if (docs[i].find_first_not_of(" \t\r\n") == std::string::npos) continue;
+    if (!text.empty()) text += "\n\n";
+    text += docs[i];
+  }
+  write_text(dir / "docs.jsonl", jsonl);
+  write_text(dir / "docs.txt", text);
+  BpeTrainOptions options;
+  options.vocab_size = 800;
+  const BpeModel from_text = bpe_train({dir / "docs.txt"}, options);
+  CHECK(from_text.vocab.size() == 800);
+  // Whole lines and lines cut by every read, in chunks smaller than one line too.
+  for (const int64_t chunk : {int64_t{8} << 20, int64_t{4096}, int64_t{100}, int64_t{7}}) {
+    CAPTURE(chunk);
+    options.chunk_bytes = chunk;
+    BpeTrainStats stats;
+    int64_t last_done = -1, last_total = -1;
+    const BpeModel from_jsonl = bpe_train(
+        {dir / "docs.jsonl"}, options,
+        [&](const BpeTrainProgress& p) {
+          if (p.phase != BpeTrainProgress::Phase::kCounting) return;
+          CHECK(p.done >= last_done);
+          last_done = p.done, last_total = p.total;
+        },
+        &stats);
+    CHECK(same_model(from_text, from_jsonl));
+    // Progress counts the file's bytes and ends at all of them.
+    CHECK(last_done == static_cast<int64_t>(jsonl.size()));
+    CHECK(last_total == static_cast<int64_t>(jsonl.size()));
+    CHECK(stats.bytes == static_cast<int64_t>(jsonl.size()));
+  }
+  // --format decides for every file whatever its name; another member by text_field.
+  write_text(dir / "docs.lines", jsonl);
+  options.chunk_bytes = int64_t{8} << 20;
+  options.format = "jsonl";
+  CHECK(same_model(from_text, bpe_train({dir / "docs.lines"}, options)));
+  options.format = "text";  // the JSON itself, as text
+  CHECK_FALSE(same_model(from_text, bpe_train({dir / "docs.jsonl"}, options)));
+  options.format = "";
+  std::string renamed = jsonl;
+  for (size_t at = 0; (at = renamed.find("\"text\":", at)) != std::string::npos; at += 7) {
+    renamed.replace(at, 7, "\"body\":");
+  }
+  write_text(dir / "body.jsonl", renamed);
+  options.text_field = "body";
+  CHECK(same_model(from_text, bpe_train({dir / "body.jsonl"}, options)));
+}
+
+TEST_CASE("a bad JSON Lines line is one error naming its line, however the file is read") {
+  TempDir dir("fanout-bpe");
+  std::string jsonl;
+  for (int i = 0; i < 200; ++i)
+    jsonl += "{\"text\": \"document number " + std::to_string(i) + "\"}\n";
+  BpeTrainOptions options;
+  options.vocab_size = 300;
+  for (const int64_t chunk : {int64_t{8} << 20, int64_t{64}, int64_t{5}}) {
+    CAPTURE(chunk);
+    options.chunk_bytes = chunk;
+    write_text(dir / "bad.jsonl", jsonl + "\n{\"text\": 3}\n");
+    CHECK(has(error_of([&] { bpe_train({dir / "bad.jsonl"}, options); }),
+              "bad.jsonl:202: \"text\" holds a number, not a string"));
+    write_text(dir / "bad.jsonl", jsonl + "{\"txt\": \"a\"}");  // the last line, unended
+    CHECK(has(error_of([&] { bpe_train({dir / "bad.jsonl"}, options); }),
+              "bad.jsonl:201: no \"text\" field (name the field that holds the text with "
+              "--text-field)"));
+    write_text(dir / "bad.jsonl", "[1]\n" + jsonl);
+    CHECK(has(error_of([&] { bpe_train({dir / "bad.jsonl"}, options); }),
+              "bad.jsonl:1: a JSON array, not an object"));
+    write_text(dir / "bad.jsonl", jsonl.substr(0, 100) + "{\"text\": \"cut\n" + jsonl);
+    CHECK(has(error_of([&] { bpe_train({dir / "bad.jsonl"}, options); }), "bad.jsonl:4: "));
+    write_text(dir / "blank.jsonl", "\n{\"text\": \"  \"}\n\n{\"text\": \"\\n\"}\n");
+    CHECK(has(error_of([&] { bpe_train({dir / "blank.jsonl"}, options); }),
+              "blank.jsonl: holds no document (every line is blank or its text is)"));
+  }
+  options.format = "csv";
+  CHECK(has(error_of([&] { bpe_train({dir / "bad.jsonl"}, options); }), "text or jsonl"));
+  options.format = "", options.text_field = "";
+  CHECK(has(error_of([&] { bpe_train({dir / "bad.jsonl"}, options); }), "field name"));
+}

@@ -24,6 +24,8 @@ using fanout::test::file_write;
 using fanout::test::TempDir;
 
 using fanout::test::error_of;
+using fanout::test::has;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -164,6 +166,35 @@ TEST_CASE("text files load as BOT doc EOT per blank-line-separated document") {
   // Any other extension is text too, even if it looks binary.
   file_write(dir / "data.dat", std::string("\x01\x02", 2));
   CHECK(token_file_load(dir / "data.dat").tokens == std::vector<int32_t>{kBot, 1, 2, kEot});
+}
+
+TEST_CASE("a .jsonl file loads each line's text member as one document") {
+  TempDir dir("fanout-tokens");
+  // Blank lines inside a document stay in it; blank lines and blank texts are skipped.
+  file_write(dir / "docs.jsonl",
+             "{\"text\": \"ab\\n\\ncd\", \"id\": 1}\n\n{\"text\": \"  \"}\n{\"id\": 2, "
+             "\"text\": \"x\\u00e9\"}");
+  for (const char* name : {"docs.jsonl", "DOCS.JSONL"}) {
+    CAPTURE(name);
+    if (std::string(name) != "docs.jsonl") fs::copy_file(dir / "docs.jsonl", dir / name);
+    const TokenData d = token_file_load(dir / name);
+    CHECK_FALSE(d.from_bin);
+    const std::vector<std::vector<int32_t>> docs = {byte_encode("ab\n\ncd"),
+                                                    byte_encode("x\xc3\xa9")};
+    CHECK(d.documents == docs);
+    CHECK(d.tokens ==
+          token_data_from_documents({"ab\n\ncd", "x\xc3\xa9"}, *byte_tokenizer(), "x").tokens);
+  }
+  // Each bad line names itself, and the other member prepare could read.
+  file_write(dir / "bad.jsonl", "{\"text\": \"a\"}\n{\"body\": \"b\"}\n");
+  CHECK(has(error_of([&] { token_file_load(dir / "bad.jsonl", "--data"); }),
+            "bad.jsonl:2: no \"text\" field (a .jsonl data file is read by its \"text\" field; "
+            "fanout prepare --text-field reads another)"));
+  file_write(dir / "bad.jsonl", "{\"text\": \"a\"}\nnot json\n");
+  CHECK(has(error_of([&] { token_file_load(dir / "bad.jsonl"); }), "bad.jsonl:2: "));
+  file_write(dir / "blank.jsonl", "\n{\"text\": \" \"}\n");
+  CHECK(has(error_of([&] { token_file_load(dir / "blank.jsonl"); }),
+            "blank.jsonl: holds no document (every line is blank or its text is)"));
 }
 
 TEST_CASE("the vocabulary check names the file and the first bad position") {

@@ -1,15 +1,18 @@
 // `fanout tokenizer train` through the real binary: the tokenizer.json it writes
 // loads back with the asked vocabulary and the reported special ids, the same
-// input gives the same bytes, a terminal gets a bar and a pipe plain lines, and
-// every bad input is one line and a non-zero exit.
+// input gives the same bytes, a terminal gets a bar and a pipe plain lines, JSON
+// Lines train on their documents' text, and every bad input is one line and a
+// non-zero exit.
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include "apps/data/corpus.h"
 #include "apps/data/text_tokenizer.h"
@@ -81,6 +84,54 @@ TEST_CASE("tokenizer train gives byte-identical files for the same input and ove
   const std::string one = fanout::file_read_regular(dir / "one.json");
   CHECK(one.size() > 1000);
   CHECK(one == fanout::file_read_regular(dir / "two.json"));
+}
+
+TEST_CASE("tokenizer train on JSON Lines learns the documents' text, not the JSON around it") {
+  // It learned merges of '{"text": "' and '"}' from every line.
+  TempDir dir("fanout-tok");
+  std::string jsonl, text, other;
+  for (uint64_t seed = fanout::data::kDefaultCorpusSeed; text.size() < 100000; ++seed) {
+    for (const std::string& doc : fanout::data::default_corpus(seed).train_documents) {
+      nlohmann::json line = {{"id", seed}, {"text", doc}};
+      jsonl += line.dump() + "\n";
+      other += nlohmann::json{{"body", doc}}.dump() + "\n";
+      if (!text.empty()) text += "\n\n";
+      text += doc;
+    }
+  }
+  fanout::file_write_atomic(dir / "docs.jsonl", jsonl, "test");
+  fanout::file_write_atomic(dir / "docs.txt", text, "test");
+  fanout::file_write_atomic(dir / "other.data", other, "test");
+  REQUIRE(run_fanout(train_args(dir / "docs.txt", dir / "from_text.json")).rc == 0);
+  auto r = run_fanout(train_args(dir / "docs.jsonl", dir / "from_jsonl.json"));
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  const std::string from_text = fanout::file_read_regular(dir / "from_text.json");
+  CHECK(from_text == fanout::file_read_regular(dir / "from_jsonl.json"));
+  CHECK_FALSE(has(fanout::file_read_regular(dir / "from_jsonl.json"), "\\\"text"));
+  // --format and --text-field as prepare takes them.
+  auto args = train_args(dir / "other.data", dir / "from_other.json");
+  for (const char* extra : {"--format", "jsonl", "--text-field", "body"}) args.push_back(extra);
+  r = run_fanout(args);
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(from_text == fanout::file_read_regular(dir / "from_other.json"));
+  // A line without the field names itself and the flag, and nothing is written.
+  r = run_fanout(train_args(dir / "other.data", dir / "none.json"));  // text by name: fine
+  CHECK(r.rc == 0);
+  args = train_args(dir / "other.data", dir / "missing.json");
+  for (const char* extra : {"--format", "jsonl"}) args.push_back(extra);
+  r = run_fanout(args);
+  CHECK(r.rc == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(has(r.err,
+            "other.data:1: no \"text\" field (name the field that holds the text with "
+            "--text-field)"));
+  CHECK_FALSE(std::filesystem::exists(dir / "missing.json"));
+  args.back() = "csv";
+  r = run_fanout(args);
+  CHECK(r.rc == 2);
+  CHECK(has(r.err, "--format"));
 }
 
 TEST_CASE("tokenizer train with too little text says the vocabulary is smaller") {

@@ -2,7 +2,8 @@
 // `fanout prepare` left beside token files (taken, or a different one refused),
 // the held-out split of --data when no --val-data is given (said, kept on resume,
 // compared with the data's own unigram entropy), and an end-of-run sample that is
-// empty saying why.
+// empty saying why. eval refuses token files prepared with another tokenizer than
+// its checkpoint's.
 
 #include <doctest/doctest.h>
 
@@ -131,6 +132,28 @@ TEST_CASE("train takes the tokenizer prepare left beside the token files, refuse
   r = train(args(dir / "legacy/train.bin", {"--tokenizer", "byte", "--out", dir / "byte_run"}));
   CAPTURE(r.err);
   CHECK(r.rc == 0);
+
+  // eval holds the checkpoint's tokenizer against the one beside the token file too.
+  auto eval = [&](const std::string& checkpoint, const std::string& data) {
+    return run_fanout({"eval", "--checkpoint", checkpoint, "--data", data, "--batch-size", "1",
+                       "--seq-len", "16", "--max-batches", "2"},
+                      kTimeout);
+  };
+  r = eval(dir / "run/final", dir / "prep/val.bin");
+  CAPTURE(r.err);
+  CHECK(r.rc == 0);
+  r = eval(dir / "run/final", dir / "bytes/val.bin");
+  CAPTURE(r.err);
+  CHECK(r.rc == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(has(r.err, "--data " + dir / "bytes/val.bin" + " was prepared with " +
+                       dir / "bytes/tokenizer.json (byte)"));
+  CHECK(has(r.err, "not the tokenizer checkpoint " + dir / "run/final" + " was trained with"));
+  CHECK(!has(r.out, "loss"));
+  // A checkpoint of bytes over the legacy copy (nothing beside it) evaluates as before.
+  r = eval(dir / "legacy_run/final", dir / "legacy/train.bin");
+  CAPTURE(r.err);
+  CHECK(r.rc == 0);
 }
 
 // --- the held-out split of --data --------------------------------------------------
@@ -185,6 +208,58 @@ TEST_CASE("train --data alone holds out its last tokens, says so, and resumes wi
             "note: --val-split 0.2 is ignored: a resumed run keeps the held-out "
             "split it started with (0.05)"));
   CHECK(last_json_line(again.out)["val_loss"] == summary["val_loss"]);
+}
+
+TEST_CASE("train and eval read a .jsonl --data as its documents, as the same text file") {
+  // A .jsonl file was text: the model trained on '{"text": "' around every document.
+  TrainFiles f;
+  std::string jsonl;
+  for (const std::string& doc : data::split_documents(file_read_regular(f.data))) {
+    jsonl += nlohmann::json{{"text", doc}, {"source", "test"}}.dump() + "\n";
+  }
+  const std::string lines = f.dir / "docs.jsonl";
+  file_write(lines, jsonl);
+  auto run = [&](const std::string& data, const std::string& out) {
+    return train({"--config", f.config, "--data", data, "--devices", "cpu:0", "--steps", "3",
+                  "--batch-size", "4", "--seq-len", "16", "--eval-every", "0", "--json", "--out",
+                  out});
+  };
+  const CliResult text = run(f.data, f.dir / "text");
+  const CliResult from_jsonl = run(lines, f.dir / "jsonl");
+  CAPTURE(from_jsonl.err);
+  REQUIRE(text.rc == 0);
+  REQUIRE(from_jsonl.rc == 0);
+  const int64_t tokens = data::token_file_load(f.data).token_count();
+  CHECK(has(from_jsonl.out, "| data " + lines + " (" + std::to_string(tokens) + " tokens) |"));
+  // The same tokens in the same order: the same losses, step for step.
+  const auto losses = [](const std::string& path) {
+    std::vector<double> out;
+    for (const nlohmann::json& j : metrics_steps(path)) out.push_back(j["loss"].get<double>());
+    return out;
+  };
+  CHECK(losses(f.dir / "text/metrics.jsonl").size() == 3);
+  CHECK(losses(f.dir / "text/metrics.jsonl") == losses(f.dir / "jsonl/metrics.jsonl"));
+  CHECK(last_json_line(text.out)["val_loss"] == last_json_line(from_jsonl.out)["val_loss"]);
+  // eval: the same loss over either file.
+  auto eval = [&](const std::string& data) {
+    return run_fanout({"eval", "--checkpoint", f.dir / "text/final", "--data", data, "--batch-size",
+                       "2", "--seq-len", "16", "--json"},
+                      kTimeout);
+  };
+  const CliResult e_text = eval(f.data), e_jsonl = eval(lines);
+  REQUIRE(e_text.rc == 0);
+  REQUIRE(e_jsonl.rc == 0);
+  CHECK(last_json_line(e_text.out)["loss"] == last_json_line(e_jsonl.out)["loss"]);
+  // A line without "text" is one line naming it, and where another field can be read.
+  file_write(lines, jsonl + "{\"body\": \"x\"}\n");
+  const CliResult bad = run(lines, f.dir / "bad");
+  CHECK(bad.rc == 1);
+  CHECK(bad.err_lines() == 1);
+  CHECK(has(bad.err,
+            "docs.jsonl:" + std::to_string(std::count(jsonl.begin(), jsonl.end(), '\n') + 1) +
+                ": no \"text\" field (a .jsonl data file is read by its \"text\" "
+                "field; fanout prepare --text-field reads another)"));
+  CHECK_FALSE(fs::exists(f.dir / "bad"));
 }
 
 TEST_CASE("train --data too small to hold out a batch trains on all of it and says so") {
