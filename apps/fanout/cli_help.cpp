@@ -1,7 +1,10 @@
 #include "apps/fanout/cli_help.h"
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
+
+#include "apps/data/terminal_text.h"
 
 namespace fanout::app {
 
@@ -60,6 +63,52 @@ std::string HelpFormatter::make_option_opts(const CLI::Option* opt) const {
   }
   if (opt->get_required()) out += " REQUIRED";
   return out;
+}
+
+std::string help_wrap(const std::string& text, size_t width) {
+  std::string out;
+  std::stringstream lines(text);
+  bool first_line = true;
+  for (std::string line; std::getline(lines, line);) {
+    if (!first_line) out += '\n';
+    first_line = false;
+    size_t used = 0;  // columns on the current output line
+    std::stringstream words(line);
+    for (std::string word; words >> word;) {
+      const size_t w = data::display_width(word);
+      if (used > 0 && used + 1 + w > width) {
+        out += '\n';
+        used = 0;
+      }
+      if (used > 0) out += ' ', ++used;
+      out += word;
+      used += w;
+    }
+  }
+  return out;
+}
+
+size_t HelpFormatter::description_width() const {
+  // Narrower than 30 columns a description would take more lines than it is worth.
+  const size_t columns = data::terminal_columns();
+  return std::max<size_t>(30, columns > column_width_ ? columns - column_width_ : 0);
+}
+
+std::string HelpFormatter::make_option_desc(const CLI::Option* opt) const {
+  return help_wrap(opt->get_description(), description_width());
+}
+
+std::string HelpFormatter::make_subcommand(const CLI::App* sub) const {
+  std::stringstream out;
+  CLI::detail::format_help(out, sub->get_display_name(true),
+                           help_wrap(sub->get_description(), description_width()), column_width_);
+  return out.str();
+}
+
+std::string HelpFormatter::make_description(const CLI::App* app) const {
+  const std::string desc = CLI::Formatter::make_description(app);
+  if (desc.empty()) return desc;
+  return help_wrap(desc, data::terminal_columns()) + "\n";
 }
 
 void help_install(CLI::App& app) {

@@ -2,8 +2,10 @@
 // How `fanout ... --help` prints an option: one clean type name (INT, NUMBER,
 // TEXT, SIZE, FILE, {on,off}) instead of CLI11's type and validator joined
 // ("INT:NUMBER", "TEXT:TEXT"), its default after '=', and a negated flag without
-// the value it sets ("--shuffle,--no-shuffle", not "...{false}"). main installs
-// it on the root app before any subcommand is added, so every subcommand shares it.
+// the value it sets ("--shuffle,--no-shuffle", not "...{false}"), and descriptions
+// wrapped at spaces to the terminal's width (data::terminal_columns: 80 off a
+// terminal), continued under the description column. main installs it on the root
+// app before any subcommand is added, so every subcommand shares it.
 
 #include <memory>
 #include <string>
@@ -15,10 +17,21 @@ namespace fanout::app {
 // The name --help shows for what `opt` takes, e.g. "INT" for CLI11's "INT:NUMBER".
 std::string help_type_name(const CLI::Option& opt);
 
+// `text` with each line broken at spaces into lines of at most `width` columns
+// (display_width); a word wider than `width` stays whole on a line of its own.
+std::string help_wrap(const std::string& text, size_t width);
+
 class HelpFormatter : public CLI::Formatter {
  public:
   std::string make_option_name(const CLI::Option* opt, bool is_positional) const override;
   std::string make_option_opts(const CLI::Option* opt) const override;
+  std::string make_option_desc(const CLI::Option* opt) const override;
+  std::string make_subcommand(const CLI::App* sub) const override;
+  std::string make_description(const CLI::App* app) const override;
+
+ private:
+  // The columns a description may take: the terminal's, less the name column.
+  size_t description_width() const;
 };
 
 // Sets HelpFormatter on `app`; call it before adding subcommands (they copy it).

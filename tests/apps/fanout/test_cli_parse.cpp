@@ -2,11 +2,13 @@
 // cli_help.h): a flag given twice, an unknown flag (with the closest flag of that
 // subcommand), an unexpected word and a flag without its value are one line and
 // exit code 2, named for the (sub)command they were given to; flags that take a
-// list or may repeat still do; --help shows clean type names and the defaults.
+// list or may repeat still do; --help shows clean type names and the defaults, and
+// fits the terminal's width (COLUMNS), losing no word.
 
 #include <doctest/doctest.h>
 
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -164,4 +166,50 @@ TEST_CASE("help shows clean type names and the defaults in every subcommand") {
   const std::string plot = run_fanout({"plot", "--help"}).out;
   CHECK(has(plot, "runs RUN... REQUIRED "));
   CHECK(has(plot, "--out FILE.svg REQUIRED "));
+}
+
+TEST_CASE("help fits the terminal's width in every subcommand and loses no word") {
+  // Every description was one line: 190 columns for --device-memory.
+  const std::vector<std::vector<std::string>> commands = {{},
+                                                          {"train"},
+                                                          {"eval"},
+                                                          {"generate"},
+                                                          {"bench"},
+                                                          {"bench", "ops"},
+                                                          {"launch"},
+                                                          {"plot"},
+                                                          {"report"},
+                                                          {"prepare"},
+                                                          {"walkthrough"},
+                                                          {"devices"},
+                                                          {"tokenizer"},
+                                                          {"tokenizer", "train"},
+                                                          {"tokenizer", "encode"}};
+  // The words of `text`, in order, whitespace of any kind between them.
+  auto words = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string w; in >> w;) out.push_back(w);
+    return out;
+  };
+  for (std::vector<std::string> args : commands) {
+    args.push_back("--help");
+    CAPTURE(args.front());
+    const CliResult narrow = run_fanout(args, "COLUMNS=80");
+    const CliResult wide = run_fanout(args, "COLUMNS=1000");
+    REQUIRE(narrow.rc == 0);
+    REQUIRE(wide.rc == 0);
+    std::istringstream in(narrow.out);
+    for (std::string line; std::getline(in, line);) {
+      CHECK_MESSAGE(line.size() <= 80, line);
+    }
+    CHECK(words(narrow.out) == words(wide.out));
+  }
+  // Continued lines start under the description column; a wide terminal keeps one line.
+  const std::string train = run_fanout({"train", "--help"}, "COLUMNS=80").out;
+  CHECK(has(train,
+            "  --init TEXT                 Start from the weights of this checkpoint\n"
+            "                              directory\n"));
+  CHECK(has(run_fanout({"train", "--help"}, "COLUMNS=1000").out,
+            "  --init TEXT                 Start from the weights of this checkpoint directory\n"));
 }
