@@ -417,20 +417,37 @@ int run_bench_ops(const BenchArgs& a) {
   std::vector<DType> dtypes;
   if (a.op_dtype != "bf16") dtypes.push_back(DType::f32);
   if (a.op_dtype != "f32") dtypes.push_back(DType::bf16);
-  std::printf("fanout bench ops: %s, batch %lld x %lld, %d repeats, single-threaded GEMMs\n",
-              a.config_file.empty() ? a.preset.c_str() : a.config_file.c_str(),
-              static_cast<long long>(a.batch_size), static_cast<long long>(a.seq_len), a.repeats);
+  const size_t width = a.wide ? 0 : data::terminal_columns();
+  std::printf("%s", presentation::text_wrap(
+                        detail::str_cat(
+                            "fanout bench ops: ", a.config_file.empty() ? a.preset : a.config_file,
+                            ", batch ", a.batch_size, " x ", a.seq_len, ", ", a.repeats,
+                            " repeats, single-threaded GEMMs"),
+                        width, "  ")
+                        .c_str());
   for (DType dt : dtypes) {
-    std::printf("matmul %s: %s\n", dtype_name(dt), ops::cpu::matmul_engine(dt).c_str());
+    std::printf("%s", presentation::text_wrap(detail::str_cat("matmul ", dtype_name(dt), ": ",
+                                                              ops::cpu::matmul_engine(dt)),
+                                              width, "  ")
+                          .c_str());
   }
-  std::printf("%-24s %-42s %10s %10s %10s\n", "op", "shape", "GFLOP", "ms", "GFLOP/s");
+  // One table for every dtype, fitted to the terminal (--wide: one line per op).
+  presentation::TextTable table;
+  table.columns = {{"op", 0, true}, {"shape", 0, true}, {"GFLOP"}, {"ms"}, {"GFLOP/s"}};
+  auto fixed = [](double v, const char* format) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, format, v);
+    return std::string(buf);
+  };
   for (DType dt : dtypes) {
     for (const auto& r :
          presentation::bench_ops(config, device, a.batch_size, a.seq_len, a.repeats, dt)) {
-      std::printf("%-24s %-42s %10.3f %10.2f %10.2f\n", r.op.c_str(), r.shape.c_str(), r.gflop,
-                  r.seconds * 1e3, r.gflops());
+      table.rows.push_back({{r.op, r.shape, fixed(r.gflop, "%.3f"), fixed(r.seconds * 1e3, "%.2f"),
+                             fixed(r.gflops(), "%.2f")},
+                            ""});
     }
   }
+  std::printf("%s", presentation::text_table_render(table, width).c_str());
   return 0;
 }
 }  // namespace
@@ -513,6 +530,9 @@ Command add_bench_command(CLI::App& app) {
   ops->add_option("--dtype", a->op_dtype,
                   "f32, bf16 or both: the inputs' dtype (bf16: f32 gradients and logits)")
       ->capture_default_str();
+  ops->add_flag("--wide", a->wide,
+                "One line per op, however wide (by default the table fits the terminal, 80 "
+                "columns when it is not one)");
   // One rank of the ddp row, started by `fanout launch` from `fanout bench`.
   auto* worker = app.add_subcommand("bench-worker", "")->group("");
   common(worker);

@@ -1,9 +1,13 @@
 // `fanout bench ops --dtype`: f32, bf16 or both select the rows of the table (one
 // row per op and dtype, the GEMM engine named once per dtype); any other dtype
-// is a one-line error before anything runs.
+// is a one-line error before anything runs. The table fits the terminal (blocks
+// that repeat the op column when narrow), or one line per op with --wide.
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -50,4 +54,30 @@ TEST_CASE("bench ops refuses an unknown --dtype in one line") {
   CHECK(r.err_lines() == 1);
   CHECK(has(r.err, "--dtype must be f32, bf16 or both"));
   CHECK(r.out.empty());
+}
+
+TEST_CASE("bench ops fits its table to the terminal, or one line per op with --wide") {
+  // The table was 100 columns wide whatever the terminal.
+  auto widest = [](const std::string& text) {
+    size_t w = 0;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) w = std::max(w, line.size());
+    return w;
+  };
+  auto args = small_ops("f32");
+  auto r = fanout::test::run_fanout(args, "COLUMNS=80 timeout 60");
+  REQUIRE(r.rc == 0);
+  CHECK(widest(r.out) <= 80);
+  CHECK(count(r.out, "GFLOP/s") == 1);
+  CHECK(count(r.out, "attention forward f32 ") == 1);
+  r = fanout::test::run_fanout(args, "COLUMNS=50 timeout 60");
+  REQUIRE(r.rc == 0);
+  CHECK(widest(r.out) <= 50);
+  CHECK(count(r.out, "GFLOP/s") == 1);
+  CHECK(count(r.out, "attention forward f32 ") == 2);  // once in each block
+  args.push_back("--wide");
+  r = fanout::test::run_fanout(args, "COLUMNS=50 timeout 60");
+  REQUIRE(r.rc == 0);
+  CHECK(widest(r.out) > 50);
+  CHECK(count(r.out, "attention forward f32 ") == 1);
 }
