@@ -1,6 +1,10 @@
 #include "apps/fanout/cli_help.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <sstream>
 #include <vector>
 
@@ -89,6 +93,9 @@ std::string help_wrap(const std::string& text, size_t width) {
 }
 
 size_t HelpFormatter::description_width() const {
+  // Help read by a program (a pipe or a file, COLUMNS unset) keeps each description
+  // on one line, for grep; a terminal, or a width asked for, gets it wrapped.
+  if (::isatty(STDOUT_FILENO) == 0 && std::getenv("COLUMNS") == nullptr) return SIZE_MAX;
   // Narrower than 30 columns a description would take more lines than it is worth.
   const size_t columns = data::terminal_columns();
   return std::max<size_t>(30, columns > column_width_ ? columns - column_width_ : 0);
@@ -107,7 +114,7 @@ std::string HelpFormatter::make_subcommand(const CLI::App* sub) const {
 
 std::string HelpFormatter::make_description(const CLI::App* app) const {
   const std::string desc = CLI::Formatter::make_description(app);
-  if (desc.empty()) return desc;
+  if (desc.empty() || description_width() == SIZE_MAX) return desc;
   return help_wrap(desc, data::terminal_columns()) + "\n";
 }
 

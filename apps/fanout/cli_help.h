@@ -3,8 +3,9 @@
 // TEXT, SIZE, FILE, {on,off}) instead of CLI11's type and validator joined
 // ("INT:NUMBER", "TEXT:TEXT"), its default after '=', and a negated flag without
 // the value it sets ("--shuffle,--no-shuffle", not "...{false}"), and descriptions
-// wrapped at spaces to the terminal's width (data::terminal_columns: 80 off a
-// terminal), continued under the description column. main installs it on the root
+// wrapped at spaces to the terminal's width (data::terminal_columns), continued
+// under the description column, when stdout is a terminal or COLUMNS is set (help
+// piped to a program keeps a description on one line). main installs it on the root
 // app before any subcommand is added, so every subcommand shares it.
 
 #include <memory>
@@ -30,7 +31,8 @@ class HelpFormatter : public CLI::Formatter {
   std::string make_description(const CLI::App* app) const override;
 
  private:
-  // The columns a description may take: the terminal's, less the name column.
+  // The columns a description may take: the terminal's, less the name column;
+  // SIZE_MAX (no wrapping) off a terminal without COLUMNS.
   size_t description_width() const;
 };
 

@@ -3,7 +3,8 @@
 // subcommand), an unexpected word and a flag without its value are one line and
 // exit code 2, named for the (sub)command they were given to; flags that take a
 // list or may repeat still do; --help shows clean type names and the defaults, and
-// fits the terminal's width (COLUMNS), losing no word.
+// fits the terminal's width (COLUMNS), losing no word, or keeps one line per
+// description when piped without COLUMNS.
 
 #include <doctest/doctest.h>
 
@@ -210,6 +211,9 @@ TEST_CASE("help fits the terminal's width in every subcommand and loses no word"
   CHECK(has(train,
             "  --init TEXT                 Start from the weights of this checkpoint\n"
             "                              directory\n"));
-  CHECK(has(run_fanout({"train", "--help"}, "COLUMNS=1000").out,
-            "  --init TEXT                 Start from the weights of this checkpoint directory\n"));
+  const std::string one_line =
+      "  --init TEXT                 Start from the weights of this checkpoint directory\n";
+  CHECK(has(run_fanout({"train", "--help"}, "COLUMNS=1000").out, one_line));
+  // Piped to a program without COLUMNS: one line per description, for grep.
+  CHECK(has(run_fanout({"train", "--help"}, "env -u COLUMNS").out, one_line));
 }
