@@ -28,15 +28,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 parallel::PhaseTimes& operator+=(parallel::PhaseTimes& a, const parallel::PhaseTimes& b) {
-  a.scatter += b.scatter, a.replicate += b.replicate, a.forward += b.forward;
-  a.gather += b.gather, a.loss += b.loss, a.backward += b.backward;
-  a.reduce += b.reduce, a.optimizer += b.optimizer;
+  for (const parallel::PhaseField& f : parallel::kPhaseFields) a.*f.seconds += b.*f.seconds;
   return a;
 }
 parallel::PhaseTimes scaled(parallel::PhaseTimes t, double s) {
-  for (double* v : {&t.scatter, &t.replicate, &t.forward, &t.gather, &t.loss, &t.backward,
-                    &t.reduce, &t.optimizer})
-    *v *= s;
+  for (const parallel::PhaseField& f : parallel::kPhaseFields) t.*f.seconds *= s;
   return t;
 }
 }  // namespace
@@ -309,9 +305,9 @@ std::string bench_memory_table(const std::vector<BenchResult>& rows, size_t widt
 }
 
 nlohmann::json bench_phases_json(const parallel::PhaseTimes& p) {
-  return {{"scatter", p.scatter}, {"replicate", p.replicate}, {"forward", p.forward},
-          {"gather", p.gather},   {"loss", p.loss},           {"backward", p.backward},
-          {"reduce", p.reduce},   {"optimizer", p.optimizer}};
+  nlohmann::json j = nlohmann::json::object();
+  for (const parallel::PhaseField& f : parallel::kPhaseFields) j[f.name] = p.*f.seconds;
+  return j;
 }
 
 nlohmann::json bench_row_json(const BenchResult& r, double base_tps,

@@ -29,21 +29,10 @@ std::string num(double v, const char* fmt) {
   return buf;
 }
 
-struct Phase {
-  const char* name;
-  const char* color;
-  double parallel::PhaseTimes::*field;
-};
-const Phase kPhases[] = {
-    {"scatter", "#8dd3c7", &parallel::PhaseTimes::scatter},
-    {"replicate", "#ffffb3", &parallel::PhaseTimes::replicate},
-    {"forward", "#80b1d3", &parallel::PhaseTimes::forward},
-    {"gather", "#fb8072", &parallel::PhaseTimes::gather},
-    {"loss", "#fdb462", &parallel::PhaseTimes::loss},
-    {"backward", "#bebada", &parallel::PhaseTimes::backward},
-    {"reduce", "#b3de69", &parallel::PhaseTimes::reduce},
-    {"optimizer", "#fccde5", &parallel::PhaseTimes::optimizer},
-};
+// Each phase's fill, in parallel::kPhaseFields' order.
+constexpr const char* kPhaseColors[] = {"#8dd3c7", "#ffffb3", "#80b1d3", "#fb8072",
+                                        "#fdb462", "#bebada", "#b3de69", "#fccde5"};
+static_assert(std::size(kPhaseColors) == std::size(parallel::kPhaseFields));
 }  // namespace
 
 std::string bench_svg(const std::string& title, const std::string& subtitle,
@@ -90,13 +79,15 @@ std::string bench_svg(const std::string& title, const std::string& subtitle,
       continue;
     }
     double at = 0;
-    for (const Phase& p : kPhases) {
-      double ms = r.phases.*(p.field) * 1e3;
+    for (size_t i = 0; i < std::size(parallel::kPhaseFields); ++i) {
+      const parallel::PhaseField& p = parallel::kPhaseFields[i];
+      double ms = r.phases.*(p.seconds) * 1e3;
       double pw = panel_w * ms / max_ms;
       if (pw >= 0.5) {
         s << "<rect x='" << num(x2 + panel_w * at / max_ms, "%.1f") << "' y='" << y + 4
-          << "' width='" << num(pw, "%.1f") << "' height='" << row_h - 10 << "' fill='" << p.color
-          << "'><title>" << p.name << " " << num(ms, "%.1f") << " ms</title></rect>\n";
+          << "' width='" << num(pw, "%.1f") << "' height='" << row_h - 10 << "' fill='"
+          << kPhaseColors[i] << "'><title>" << p.name << " " << num(ms, "%.1f")
+          << " ms</title></rect>\n";
       }
       at += ms;
     }
@@ -104,9 +95,11 @@ std::string bench_svg(const std::string& title, const std::string& subtitle,
       << num(at, "%.0f") << "</text>\n";
   }
   int ly = top + static_cast<int>(rows.size()) * row_h + 24, lx = x2;
-  for (const Phase& p : kPhases) {
-    s << "<rect x='" << lx << "' y='" << ly - 10 << "' width='12' height='12' fill='" << p.color
-      << "'/><text x='" << lx + 16 << "' y='" << ly << "'>" << p.name << "</text>\n";
+  for (size_t i = 0; i < std::size(parallel::kPhaseFields); ++i) {
+    const parallel::PhaseField& p = parallel::kPhaseFields[i];
+    s << "<rect x='" << lx << "' y='" << ly - 10 << "' width='12' height='12' fill='"
+      << kPhaseColors[i] << "'/><text x='" << lx + 16 << "' y='" << ly << "'>" << p.name
+      << "</text>\n";
     lx += 16 + 8 * static_cast<int>(std::string(p.name).size()) + 14;
     if (lx > width - 90) lx = x2, ly += 18;
   }

@@ -18,21 +18,23 @@ std::string bytes_of(int64_t bytes) {
   return bytes_str(static_cast<size_t>(bytes));
 }
 
-// The phases in PhaseTimes order, with their --wide and narrow heads.
-struct Phase {
+// The heads of parallel::kPhaseFields' columns, in its order: --wide, and narrow.
+struct PhaseHeads {
   const char *wide, *narrow;
-  double parallel::PhaseTimes::*seconds;
 };
-const Phase kPhases[] = {
-    {"scatter", "scatter", &parallel::PhaseTimes::scatter},
-    {"replic.", "replic.", &parallel::PhaseTimes::replicate},
-    {"forward", "forward", &parallel::PhaseTimes::forward},
-    {"gather", "gather", &parallel::PhaseTimes::gather},
-    {"loss", "loss", &parallel::PhaseTimes::loss},
-    {"backward", "backw.", &parallel::PhaseTimes::backward},
-    {"reduce", "reduce", &parallel::PhaseTimes::reduce},
-    {"optim.", "optim.", &parallel::PhaseTimes::optimizer},
+constexpr PhaseHeads kPhaseHeads[] = {
+    {"scatter", "scatter"}, {"replic.", "replic."}, {"forward", "forward"}, {"gather", "gather"},
+    {"loss", "loss"},       {"backward", "backw."}, {"reduce", "reduce"},   {"optim.", "optim."},
 };
+static_assert(std::size(kPhaseHeads) == std::size(parallel::kPhaseFields));
+
+// Each phase's milliseconds in `phases`, in kPhaseFields' order.
+std::vector<std::string> phase_cells(const parallel::PhaseTimes& phases) {
+  std::vector<std::string> cells;
+  for (const parallel::PhaseField& f : parallel::kPhaseFields)
+    cells.push_back(ms_str(phases.*f.seconds));
+  return cells;
+}
 
 // Where a row's note starts (after the mode column) and what fills the columns
 // before its text: `first` right-aligned under tokens/s, `second` under speed-up.
@@ -66,7 +68,7 @@ BenchTable bench_table(const std::vector<std::string>& labels, size_t width) {
                       {"speed-up", 8},
                       {"step ms", 7 + w}};
   if (width == 0) {
-    for (const Phase& p : kPhases) t.layout.columns.push_back({p.wide, 8});
+    for (const PhaseHeads& h : kPhaseHeads) t.layout.columns.push_back({h.wide, 8});
   }
   // The bytes moved per step too where they fit, else in the block after the table.
   size_t used = 0;
@@ -96,7 +98,7 @@ std::string bench_table_row(const BenchTable& t, const BenchResult& r, double ba
                                     step_times_spread_str(r.step),
                                     bench_speedup_str(r.tokens_per_s, base), ms_str(r.step_s)};
   if (t.width == 0) {
-    for (const Phase& p : kPhases) cells.push_back(ms_str(r.phases.*p.seconds));
+    for (std::string& cell : phase_cells(r.phases)) cells.push_back(std::move(cell));
   }
   if (cells.size() < t.layout.columns.size()) {
     cells.push_back(bytes_of(r.comm.replicate));
@@ -130,12 +132,12 @@ std::string bench_phase_table(const BenchTable& table, const std::vector<BenchRe
   const bool bytes = table.layout.columns.back().head != "sums/step";
   TextTable t;
   t.columns = {{"mode", 0, true}};
-  for (const Phase& p : kPhases) t.columns.push_back({p.narrow});
+  for (const PhaseHeads& h : kPhaseHeads) t.columns.push_back({h.narrow});
   if (bytes) t.columns.insert(t.columns.end(), {{"sent/step"}, {"sums/step"}});
   for (const BenchResult& r : rows) {
     if (!r.failed.empty()) continue;
     std::vector<std::string> cells = {bench_row_label(r)};
-    for (const Phase& p : kPhases) cells.push_back(ms_str(r.phases.*p.seconds));
+    for (std::string& cell : phase_cells(r.phases)) cells.push_back(std::move(cell));
     if (bytes) cells.insert(cells.end(), {bytes_of(r.comm.replicate), bytes_of(r.comm.reduce)});
     t.rows.push_back({cells, ""});
   }

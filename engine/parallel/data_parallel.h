@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +90,21 @@ struct PhaseTimes {
     return scatter + replicate + forward + gather + loss + backward + reduce + optimizer;
   }
 };
+
+// Every phase in step order with its name: code that shows or sums them all goes
+// over this list, so a phase added to PhaseTimes is added here once.
+struct PhaseField {
+  const char* name;
+  double PhaseTimes::*seconds;
+};
+inline constexpr PhaseField kPhaseFields[] = {
+    {"scatter", &PhaseTimes::scatter}, {"replicate", &PhaseTimes::replicate},
+    {"forward", &PhaseTimes::forward}, {"gather", &PhaseTimes::gather},
+    {"loss", &PhaseTimes::loss},       {"backward", &PhaseTimes::backward},
+    {"reduce", &PhaseTimes::reduce},   {"optimizer", &PhaseTimes::optimizer},
+};
+static_assert(sizeof(PhaseTimes) == std::size(kPhaseFields) * sizeof(double),
+              "a PhaseTimes member is missing from kPhaseFields");
 
 // Bytes moved between devices (and, in ddp, sent to other processes) since the
 // last reset_times(): replicate = the weights sent to replicas (broadcast after a
