@@ -51,11 +51,11 @@ struct BpeTrainStats {
 // token per merge, in rank order. Special tokens' text in the files is split
 // out before pre-tokenizing, as HF's encoder splits it, so it is never merged.
 // Throws fanout::Error naming the file for a missing, unreadable, empty or
-// non-regular file or an llm.c token file, and naming the line for a JSON Lines
-// line that holds no document (jsonl_documents.h) or a file that holds none. Text with few distinct
-// pieces can run out of pairs before vocab_size: the model then has fewer tokens (as HF's trainer
-// stops), still with dense ids. `progress` (may be empty) is called by one thread at a time, often
-// enough for a progress bar.
+// non-regular file or an llm.c token file, naming the line for a JSON Lines line
+// that holds no document (jsonl_documents.h), and for a JSON Lines file with none.
+// Text with few distinct pieces can run out of pairs before vocab_size: the model
+// then has fewer tokens (as HF's trainer stops), still with dense ids. `progress`
+// (may be empty) is called by one thread at a time, often enough for a progress bar.
 BpeModel bpe_train(const std::vector<std::string>& files, const BpeTrainOptions& options,
                    const std::function<void(const BpeTrainProgress&)>& progress = {},
                    BpeTrainStats* stats = nullptr);

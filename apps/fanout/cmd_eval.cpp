@@ -104,7 +104,8 @@ int run_eval(const EvalArgs& a) {
     FANOUT_CHECK(prepared->to_json() == tokenizer->to_json(), "--data ", a.data,
                  " was prepared with ", beside, " (", prepared->describe(),
                  "), not the tokenizer checkpoint ", a.checkpoint, " was trained with (",
-                 tokenizer->describe(), "): evaluate on data prepared with the checkpoint's");
+                 tokenizer->describe(),
+                 "): evaluate on data prepared with the checkpoint's tokenizer");
   }
   data::TokenData data = data::token_file_load(a.data, "--data", *tokenizer);
   data::token_data_check_vocab(data, config.vocab_size);

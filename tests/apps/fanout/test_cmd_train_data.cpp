@@ -149,6 +149,7 @@ TEST_CASE("train takes the tokenizer prepare left beside the token files, refuse
   CHECK(has(r.err, "--data " + dir / "bytes/val.bin" + " was prepared with " +
                        dir / "bytes/tokenizer.json (byte)"));
   CHECK(has(r.err, "not the tokenizer checkpoint " + dir / "run/final" + " was trained with"));
+  CHECK(has(r.err, "evaluate on data prepared with the checkpoint's tokenizer\n"));
   CHECK(!has(r.out, "loss"));
   // A checkpoint of bytes over the legacy copy (nothing beside it) evaluates as before.
   r = eval(dir / "legacy_run/final", dir / "legacy/train.bin");
