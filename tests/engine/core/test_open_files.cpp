@@ -16,10 +16,21 @@ using fanout::open_files_ensure;
 using fanout::test::error_of;
 using fanout::test::has;
 
-TEST_CASE("open_files_ensure raises the soft limit to the need, up to the hard limit") {
+namespace {
+// Puts this process's open-file limits back as they were, however the test ends.
+struct LimitsRestored {
   rlimit saved{};
-  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 512) return;  // no room to test in
+  LimitsRestored() { REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0); }
+  ~LimitsRestored() { ::setrlimit(RLIMIT_NOFILE, &saved); }
+};
+}  // namespace
+
+TEST_CASE("open_files_ensure raises the soft limit to the need, up to the hard limit") {
+  const LimitsRestored restored;
+  const rlimit saved = restored.saved;
+  const bool room = saved.rlim_max == RLIM_INFINITY || saved.rlim_max >= 512;
+  REQUIRE_MESSAGE(room, "a hard open-file limit of ", saved.rlim_max,
+                  " leaves no room for this test");
   rlimit low = saved;
   low.rlim_cur = 256;
   REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
@@ -39,5 +50,4 @@ TEST_CASE("open_files_ensure raises the soft limit to the need, up to the hard l
     REQUIRE(::getrlimit(RLIMIT_NOFILE, &now) == 0);
     CHECK(now.rlim_cur == 300);  // a refusal changes nothing
   }
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
 }
