@@ -20,6 +20,22 @@ using namespace fanout::test;
 
 namespace {
 
+// Every subcommand that has a --help.
+const std::vector<std::vector<std::string>> kCommands = {{"train"},
+                                                         {"eval"},
+                                                         {"generate"},
+                                                         {"bench"},
+                                                         {"bench", "ops"},
+                                                         {"launch"},
+                                                         {"plot"},
+                                                         {"report"},
+                                                         {"prepare"},
+                                                         {"walkthrough"},
+                                                         {"devices"},
+                                                         {"tokenizer"},
+                                                         {"tokenizer", "train"},
+                                                         {"tokenizer", "encode"}};
+
 // A usage error: exit code 2, one line on stderr that is `line` exactly, no stdout.
 void check_usage_error(const std::vector<std::string>& args, const std::string& line) {
   CliResult r = run_fanout(args);
@@ -127,21 +143,7 @@ TEST_CASE("a flag without its value says what it takes") {
 TEST_CASE("help shows clean type names and the defaults in every subcommand") {
   // CLI11's converter type and validator description joined, or a flag's set value.
   const std::regex noise(R"((TEXT|INT|UINT|FLOAT|NUMBER):[A-Z{]|\{false\}|\.\.\. \.\.\.)");
-  const std::vector<std::vector<std::string>> commands = {{"train"},
-                                                          {"eval"},
-                                                          {"generate"},
-                                                          {"bench"},
-                                                          {"bench", "ops"},
-                                                          {"launch"},
-                                                          {"plot"},
-                                                          {"report"},
-                                                          {"prepare"},
-                                                          {"walkthrough"},
-                                                          {"devices"},
-                                                          {"tokenizer"},
-                                                          {"tokenizer", "train"},
-                                                          {"tokenizer", "encode"}};
-  for (std::vector<std::string> args : commands) {
+  for (std::vector<std::string> args : kCommands) {
     std::string name = "fanout";
     for (const std::string& a : args) name += " " + a;
     CAPTURE(name);
@@ -171,21 +173,6 @@ TEST_CASE("help shows clean type names and the defaults in every subcommand") {
 
 TEST_CASE("help fits the terminal's width in every subcommand and loses no word") {
   // Every description was one line: 190 columns for --device-memory.
-  const std::vector<std::vector<std::string>> commands = {{},
-                                                          {"train"},
-                                                          {"eval"},
-                                                          {"generate"},
-                                                          {"bench"},
-                                                          {"bench", "ops"},
-                                                          {"launch"},
-                                                          {"plot"},
-                                                          {"report"},
-                                                          {"prepare"},
-                                                          {"walkthrough"},
-                                                          {"devices"},
-                                                          {"tokenizer"},
-                                                          {"tokenizer", "train"},
-                                                          {"tokenizer", "encode"}};
   // The words of `text`, in order, whitespace of any kind between them.
   auto words = [](const std::string& text) {
     std::vector<std::string> out;
@@ -193,6 +180,8 @@ TEST_CASE("help fits the terminal's width in every subcommand and loses no word"
     for (std::string w; in >> w;) out.push_back(w);
     return out;
   };
+  std::vector<std::vector<std::string>> commands = {{}};  // fanout --help itself
+  commands.insert(commands.end(), kCommands.begin(), kCommands.end());
   for (std::vector<std::string> args : commands) {
     args.push_back("--help");
     CAPTURE(args.front());
