@@ -546,7 +546,7 @@ std::string checkpoint_step_name(int64_t step) {
   return name;
 }
 
-std::string checkpoint_find_last(const std::string& out_dir) {
+std::string checkpoint_find_last(const std::string& out_dir, std::string* passed_over) {
   const fs::path out = dir_normal(out_dir);
   std::error_code ec;
   FANOUT_CHECK(fs::is_directory(out, ec), "no checkpoint found in ", out.string(),
@@ -564,6 +564,7 @@ std::string checkpoint_find_last(const std::string& out_dir) {
   // step), named if nothing else can be taken.
   std::string damaged;
   bool damaged_final = false;
+  int64_t damaged_step = -1;  // final: the highest
   for (const std::string& name : names) {
     int64_t step = -1;
     if (name.rfind("step-", 0) == 0 && name.size() > 5) {
@@ -586,6 +587,7 @@ std::string checkpoint_find_last(const std::string& out_dir) {
       if (const std::string why = checkpoint_problem(dir); !why.empty() && !damaged_final) {
         damaged = dir.string() + " " + why;
         damaged_final = name == "final";
+        damaged_step = damaged_final ? INT64_MAX : step;
       }
       continue;
     }
@@ -597,6 +599,9 @@ std::string checkpoint_find_last(const std::string& out_dir) {
       best_step = step;
       best = (out / name).string();
     }
+  }
+  if (passed_over != nullptr) {
+    *passed_over = !best.empty() && damaged_step > best_step ? damaged : "";
   }
   if (!damaged.empty()) {
     damaged = ": " + damaged +

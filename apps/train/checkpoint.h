@@ -69,7 +69,10 @@ std::string checkpoint_step_name(int64_t step);
 // directories are ignored. Throws "no checkpoint found in <out_dir>" if there is none
 // (naming the newest entry that looked like one and why it is not, e.g. a final/
 // without trainer_state.json), and for an entry that is a link out of OUT_DIR,
-// which is never followed.
-std::string checkpoint_find_last(const std::string& out_dir);
+// which is never followed. `passed_over` (when given) is set to the newest entry
+// newer than the one returned that is no complete checkpoint, with why (e.g.
+// "RUN/final has no trainer_state.json"), or "" when there is none: a run resumed
+// from an older step should say what it skipped.
+std::string checkpoint_find_last(const std::string& out_dir, std::string* passed_over = nullptr);
 
 }  // namespace fanout::train

@@ -160,7 +160,7 @@ bool run_dir_entry(std::string name, bool& checkpoint) {
 // is never taken. Every rank decides on the same shared --out before any of them
 // writes (rank 0 writes only after the rendezvous), and the trainer checks that
 // all ranks start at the same step.
-std::string resume_auto_dir(const std::string& out) {
+std::string resume_auto_dir(const std::string& out, std::string* passed_over) {
   std::error_code ec;
   const fs::file_status st = fs::status(out, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) {
@@ -177,7 +177,7 @@ std::string resume_auto_dir(const std::string& out) {
     any_checkpoint |= checkpoint;
   }
   if (ec) detail::throw_error(detail::str_cat("--resume auto: --out ", out, ": ", ec.message()));
-  return any_checkpoint ? checkpoint_find_last(out) : "";
+  return any_checkpoint ? checkpoint_find_last(out, passed_over) : "";
 }
 
 // Note [A run's tokenizer]
@@ -288,12 +288,13 @@ void check_tokenizer_fits(const TrainOptions& o, const Setup& s) {
 Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   Setup s;
   std::string dir = o.resume;
+  std::string passed_over;  // a newer entry of --out that is no complete checkpoint
   if (dir == "auto") {
     // The same command starts the run and continues it (Note [Resume auto]): the
     // model flags serve the fresh start, a checkpoint carries its own model.
     FANOUT_CHECK(!o.out.empty(),
                  "--resume auto needs --out DIR (where the run keeps its checkpoints)");
-    dir = resume_auto_dir(o.out);
+    dir = resume_auto_dir(o.out, &passed_over);
   } else if (!dir.empty()) {
     // The checkpoint carries its model: a second source would be ignored or conflict.
     for (const char* flag : {"preset", "config", "init"}) {
@@ -301,8 +302,13 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     }
     if (dir == "last") {
       FANOUT_CHECK(!o.out.empty(), "--resume last needs --out DIR (the run to continue)");
-      dir = checkpoint_find_last(o.out);
+      dir = checkpoint_find_last(o.out, &passed_over);
     }
+  }
+  if (!passed_over.empty()) {
+    s.notes.push_back("note: " + passed_over +
+                      ", so it is not a complete checkpoint: the run goes on from the newest "
+                      "complete one instead");
   }
   if (!dir.empty()) {
     s.resume = checkpoint_read(dir);

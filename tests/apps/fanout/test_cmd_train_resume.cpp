@@ -216,6 +216,38 @@ TEST_CASE("a resumed run under --schedule constant says nothing about the schedu
 // `--resume auto` (and last) over a run directory whose checkpoint is damaged: the
 // refusal names the entry and what is wrong with it, in one line, and writes nothing;
 // a step-N that is a link out of the run directory is never followed.
+TEST_CASE("train --resume auto or last over a damaged final/ says which older step it takes") {
+  // It went on from step-000002 without a word, two steps of training lost unseen.
+  TrainFiles f;
+  const std::vector<std::string> args = {
+      "--config",  f.config, "--data",  f.data, "--devices",    "cpu:0", "--batch-size", "2",
+      "--seq-len", "16",     "--steps", "4",    "--save-every", "2",     "--eval-every", "0"};
+  for (const std::string resume : {"auto", "last"}) {
+    CAPTURE(resume);
+    const std::string out = f.dir / ("run-" + resume);
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--out", out});
+    REQUIRE(train_cli(a).rc == 0);  // step-000002 and final/ (step 4)
+    REQUIRE(fs::is_directory(out + "/step-000002"));
+    fs::remove(out + "/final/trainer_state.json");
+    std::vector<std::string> again =
+        resume == "auto" ? args : std::vector<std::string>{"--steps", "4"};
+    again.insert(again.end(), {"--out", out, "--resume", resume});
+    const CliResult r = train_cli(again);
+    CAPTURE(r.out);
+    CAPTURE(r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(has(r.out, "note: " + out +
+                         "/final has no trainer_state.json, so it is not a complete checkpoint: "
+                         "the run goes on from the newest complete one instead\n"));
+    CHECK(has(r.out, out + "/step-000002"));
+    // A sound final/ says nothing of the kind.
+    const CliResult quiet = train_cli(again);
+    REQUIRE(quiet.rc == 0);
+    CHECK_FALSE(has(quiet.out, "not a complete checkpoint"));
+  }
+}
+
 TEST_CASE("train --resume auto names a damaged checkpoint and never follows a link out") {
   TrainFiles f;
   const std::string good = f.dir / "good";
