@@ -21,6 +21,7 @@
 #include "engine/core/checked_math.h"
 #include "engine/core/cuda_runtime.h"
 #include "engine/core/file_io.h"
+#include "engine/core/number_text.h"
 #include "models/llama_checkpoint.h"
 #include "models/llama_model.h"
 #include "models/safetensors_index.h"
@@ -399,12 +400,14 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   if (o.strategy == "ddp" || (zero && launcher_env_found(env_lookup_process))) {
     // ddp, or zero1/zero2/zero3 sharded over the processes of a launcher.
     s.ddp = ddp_env_from_environment();
-  } else if (const char* world = std::getenv("WORLD_SIZE");
-             world && std::string(world) != "1" && std::string(world) != "") {
+  } else if (const char* world = std::getenv("WORLD_SIZE"); world && *world) {
     // Under a launcher every rank would train alone on the same --out.
-    detail::throw_error(detail::str_cat(
-        "WORLD_SIZE=", world, " says this is one of several processes, but --strategy ", o.strategy,
-        " trains in one process: use --strategy ddp, zero1, zero2 or zero3 under a launcher"));
+    const int64_t n =
+        parse_whole_number(world, 1, kMaxWorldSize, "environment variable WORLD_SIZE");
+    FANOUT_CHECK(n == 1, "WORLD_SIZE=", world,
+                 " says this is one of several processes, but --strategy ", o.strategy,
+                 " trains in one process: use --strategy ddp, zero1, zero2 or zero3 under a "
+                 "launcher");
   }
   // --- devices
   if (s.ddp.enabled) {

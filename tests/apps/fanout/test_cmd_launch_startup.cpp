@@ -109,6 +109,20 @@ TEST_CASE("environment numbers go by fanout's number rules and a bad one is name
     // Refused before --out is made: no empty run folder is left behind.
     CHECK_FALSE(fs::exists(run.dir / "threads"));
   }
+  // WORLD_SIZE beside a one-process strategy: "01" is one process, and "x" is no
+  // number (both were taken as "several processes" by their text).
+  {
+    FanoutProcess p(run.train_args(run.dir / "world1", 1), {"WORLD_SIZE=01"}, run.dir.path,
+                    "world1");
+    REQUIRE(p.wait(60));
+    CHECK(p.rc() == 0);
+    FanoutProcess bad(run.train_args(run.dir / "worldx", 1), {"WORLD_SIZE=x"}, run.dir.path,
+                      "worldx");
+    REQUIRE(bad.wait(60));
+    check_fails(bad.rc(), bad.err(),
+                {"environment variable WORLD_SIZE: 'x' is not a whole number"});
+    CHECK_FALSE(fs::exists(run.dir / "worldx"));
+  }
   // The test hook's variables by the same rules ("x" was read as rank 0, "2y" as 2).
   for (const auto& [entries, phrase] :
        std::vector<std::pair<std::vector<std::string>, std::string>>{
