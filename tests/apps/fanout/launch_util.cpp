@@ -180,6 +180,21 @@ std::vector<std::string> lines_with(const std::string& text, const std::string& 
   return out;
 }
 
+void check_fails(int rc, const std::string& err, const std::vector<std::string>& phrases) {
+  INFO("rc " << rc << " stderr: " << err);
+  CHECK(rc != 0);
+  CHECK(lines_with(err, "").size() == 1);
+  for (const std::string& p : phrases) CHECK(err.find(p) != std::string::npos);
+}
+
+void check_fails(int rc, const std::string& err, std::initializer_list<std::string> phrases) {
+  check_fails(rc, err, std::vector<std::string>(phrases));
+}
+
+void check_fails(int rc, const std::string& err, const std::string& phrase) {
+  check_fails(rc, err, std::vector<std::string>{phrase});
+}
+
 std::vector<std::string> concat(std::vector<std::string> prefix,
                                 const std::vector<std::string>& args) {
   prefix.insert(prefix.end(), args.begin(), args.end());

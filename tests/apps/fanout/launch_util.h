@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,15 @@ std::vector<std::string> rank_env(int rank, int world, int port);
 
 // Non-empty lines of `text` that contain `phrase`.
 std::vector<std::string> lines_with(const std::string& text, const std::string& phrase);
+
+// A failure as every fanout error is one: a non-zero exit, exactly one non-empty
+// stderr line, and every phrase in it (CHECKs).
+void check_fails(int rc, const std::string& err, const std::vector<std::string>& phrases);
+void check_fails(int rc, const std::string& err, std::initializer_list<std::string> phrases);
+void check_fails(int rc, const std::string& err, const std::string& phrase);
+
+// `train` flags for ddp over CPU devices, one per rank.
+inline const std::vector<std::string> kDdp = {"--strategy", "ddp", "--devices", "cpu"};
 
 // The "loss" of every training-step line of metrics.jsonl, in order, and the
 // last "step" (0 if there is none).

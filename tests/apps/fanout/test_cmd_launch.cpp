@@ -58,16 +58,6 @@ std::vector<std::string> cpu_list(int n) {
   return {"--devices", list};
 }
 
-const std::vector<std::string> kDdp = {"--strategy", "ddp", "--devices", "cpu"};
-
-// A non-zero exit, exactly one non-empty stderr line, and `phrase` in it.
-void check_fails(int rc, const std::string& err, const std::string& phrase) {
-  INFO("rc " << rc << " stderr: " << err);
-  CHECK(rc != 0);
-  CHECK(lines_with(err, "").size() == 1);
-  CHECK(err.find(phrase) != std::string::npos);
-}
-
 // A socket listening on 127.0.0.1 at a port of the kernel's choosing.
 struct BusyPort {
   int fd = -1, port = 0;

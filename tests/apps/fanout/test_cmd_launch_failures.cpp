@@ -24,7 +24,6 @@ using namespace fanout::test::ddp;
 namespace {
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kDdp = {"--strategy", "ddp", "--devices", "cpu"};
 const std::vector<std::string> kKillRank1AtStep2 = {"FANOUT_TEST_KILL_RANK=1",
                                                     "FANOUT_TEST_KILL_STEP=2"};
 

@@ -113,14 +113,6 @@ bool is_hex(const std::string& s, size_t n) {
   return s.size() == n && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
-// A non-zero exit, exactly one non-empty stderr line, and `phrase` in it.
-void check_fails(int rc, const std::string& err, const std::string& phrase) {
-  INFO("rc " << rc << " stderr: " << err);
-  CHECK(rc != 0);
-  CHECK(lines_with(err, "").size() == 1);
-  CHECK(has(err, phrase));
-}
-
 // An uninterrupted launch of the same run: the weights and losses to reproduce.
 struct Reference {
   std::vector<float> weights;

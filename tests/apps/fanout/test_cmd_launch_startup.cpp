@@ -21,15 +21,6 @@ using namespace fanout::test::ddp;
 namespace {
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kDdp = {"--strategy", "ddp", "--devices", "cpu"};
-
-// A non-zero exit, exactly one non-empty stderr line, and every phrase in it.
-void check_fails(int rc, const std::string& err, const std::vector<std::string>& phrases) {
-  INFO("rc " << rc << " stderr: " << err);
-  CHECK(rc != 0);
-  CHECK(lines_with(err, "").size() == 1);
-  for (const std::string& p : phrases) CHECK(has(err, p));
-}
 }  // namespace
 
 TEST_CASE("ddp start-up whose ranks never come ends within --timeout naming them in one line") {

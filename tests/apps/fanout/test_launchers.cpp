@@ -24,7 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kSteps = 2;
-const std::vector<std::string> kDdp = {"--strategy", "ddp", "--devices", "cpu", "--timeout", "20"};
+// ddp over CPU devices, its start-up bounded well inside the tests' waits.
+const std::vector<std::string> kDdpTimed = concat(kDdp, {"--timeout", "20"});
 
 // Every variable a launcher sets, unset, so only the test's own reach the ranks;
 // one thread per rank so every run computes alike.
@@ -68,7 +69,7 @@ void check_equal(const Result& got, const Result& ref) {
 Result reference(const TinyRun& run, int n) {
   std::string out = run.dir / ("launch" + std::to_string(n));
   FanoutProcess p(concat({"launch", "--nproc-per-node", std::to_string(n), "--"},
-                         concat(run.train_args(out, kSteps), kDdp)),
+                         concat(run.train_args(out, kSteps), kDdpTimed)),
                   clean_env(), run.dir.path, "launch" + std::to_string(n));
   REQUIRE(p.wait(60));
   INFO("launch stderr: " << p.err());
@@ -87,7 +88,7 @@ void run_ranks(const TinyRun& run, const std::string& name, int world, EnvOf env
   std::vector<std::unique_ptr<FanoutProcess>> ranks;
   std::vector<FanoutProcess*> all;
   for (int r = 0; r < world; ++r) {
-    ranks.push_back(std::make_unique<FanoutProcess>(concat(run.train_args(out, kSteps), kDdp),
+    ranks.push_back(std::make_unique<FanoutProcess>(concat(run.train_args(out, kSteps), kDdpTimed),
                                                     concat(clean_env(), env_of(r)), run.dir.path,
                                                     name + std::to_string(r)));
     all.push_back(ranks.back().get());
@@ -187,7 +188,7 @@ TEST_CASE("torchrun's default static rendezvous and c10d both train as fanout la
     args = concat(concat(args, c.rdzv),
                   {"-r", "2", "-t", "2", "--log_dir", run.dir / (c.name + "-logs"), "--no_python",
                    test::fanout_binary()});
-    Command torchrun(concat(args, concat(run.train_args(out, kSteps), kDdp)), clean_env(),
+    Command torchrun(concat(args, concat(run.train_args(out, kSteps), kDdpTimed)), clean_env(),
                      run.dir / (c.name + ".log"));
     int rc = torchrun.wait(90);
     std::string log = torchrun.output();
