@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "apps/data/terminal_text.h"
+#include "apps/presentation/text_table.h"
 
 namespace fanout::app {
 
@@ -70,25 +71,11 @@ std::string HelpFormatter::make_option_opts(const CLI::Option* opt) const {
 }
 
 std::string help_wrap(const std::string& text, size_t width) {
+  // Each line of `text` wrapped as the tables' prose is (text_table.h).
   std::string out;
   std::stringstream lines(text);
-  bool first_line = true;
-  for (std::string line; std::getline(lines, line);) {
-    if (!first_line) out += '\n';
-    first_line = false;
-    size_t used = 0;  // columns on the current output line
-    std::stringstream words(line);
-    for (std::string word; words >> word;) {
-      const size_t w = data::display_width(word);
-      if (used > 0 && used + 1 + w > width) {
-        out += '\n';
-        used = 0;
-      }
-      if (used > 0) out += ' ', ++used;
-      out += word;
-      used += w;
-    }
-  }
+  for (std::string line; std::getline(lines, line);) out += presentation::text_wrap(line, width);
+  if (!out.empty()) out.pop_back();  // text_wrap ends every line; the last is CLI11's to end
   return out;
 }
 

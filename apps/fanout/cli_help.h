@@ -19,7 +19,7 @@ namespace fanout::app {
 std::string help_type_name(const CLI::Option& opt);
 
 // `text` with each line broken at spaces into lines of at most `width` columns
-// (display_width); a word wider than `width` stays whole on a line of its own.
+// (presentation::text_wrap); a word wider than `width` stays whole on its line.
 std::string help_wrap(const std::string& text, size_t width);
 
 class HelpFormatter : public CLI::Formatter {
