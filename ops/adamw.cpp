@@ -47,7 +47,7 @@ void adamw_update(Stream& stream, const Tensor& params, const Tensor& grads, con
                              working.defined() ? working.data<uint16_t>() : nullptr);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }

@@ -97,7 +97,7 @@ void attention_forward(Stream& stream, const Tensor& out, const Tensor& lse, con
       return;
     }
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -157,7 +157,7 @@ void attention_backward(Stream& stream, const Tensor& dq, const Tensor& dk, cons
       return;
     }
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }

@@ -1,6 +1,5 @@
 #include "ops/cast.h"
 
-#include "engine/core/check.h"
 #include "engine/core/op_profile.h"
 #include "ops/check_args.h"
 #include "ops/cpu/cast.h"
@@ -22,7 +21,7 @@ void cast_f32_to_bf16(Stream& stream, const Tensor& dst, const Tensor& src, int6
       cuda::cast_f32_to_bf16(stream.cuda_handle(), dst.data<uint16_t>(), src.data<float>(), n);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -41,7 +40,7 @@ void cast_bf16_to_f32(Stream& stream, const Tensor& dst, const Tensor& src, int6
       cuda::cast_bf16_to_f32(stream.cuda_handle(), dst.data<float>(), src.data<uint16_t>(), n);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }

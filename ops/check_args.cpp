@@ -32,4 +32,8 @@ DType check_arg_any(const char* op, const char* name, const Stream& stream, cons
   return t.dtype();
 }
 
+void no_cuda_backend(const char* op) {
+  detail::throw_error(detail::str_cat(op, ": this build has no CUDA backend"));
+}
+
 }  // namespace fanout::ops

@@ -1,7 +1,8 @@
 #pragma once
-// Argument checks shared by the op dispatchers: every tensor an op touches is
-// defined, on the stream's device, of the expected dtype, with enough elements.
-// A failure is a bug in the caller (FANOUT_ASSERT), named by op and argument.
+// Checks shared by the op dispatchers: every tensor an op touches is defined, on
+// the stream's device, of the expected dtype, with enough elements (a failure is a
+// bug in the caller, FANOUT_ASSERT, named by op and argument); and the refusal of a
+// CUDA stream in a build without the CUDA backend.
 
 #include <cstdint>
 #include <initializer_list>
@@ -18,5 +19,9 @@ void check_arg(const char* op, const char* name, const Stream& stream, const Ten
 // "f32|bf16" arguments); returns the dtype it has, for the dispatcher's switch.
 DType check_arg_any(const char* op, const char* name, const Stream& stream, const Tensor& t,
                     std::initializer_list<DType> dtypes, int64_t numel);
+
+// The CUDA case of a dispatcher in a build without CUDA: throws fanout::Error
+// "<op>: this build has no CUDA backend".
+[[noreturn]] void no_cuda_backend(const char* op);
 
 }  // namespace fanout::ops

@@ -32,7 +32,7 @@ void cross_entropy_forward(Stream& stream, const Tensor& stats, const Tensor& lo
                                       ignore_index);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -74,7 +74,7 @@ void cross_entropy_backward(Stream& stream, const Tensor& dlogits, const Tensor&
                                                  V, ignore_index, normalizer);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -118,7 +118,7 @@ void cross_entropy_fused_forward(Stream& stream, const Tensor& stats, const Tens
                                         targets.data<int32_t>(), N, V, ld, ignore_index);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -147,7 +147,7 @@ void cross_entropy_fused_backward(Stream& stream, const Tensor& logits, const Te
                                          ignore_index, normalizer);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }

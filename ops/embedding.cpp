@@ -38,7 +38,7 @@ void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, con
                                 table.data<uint16_t>(), N, C, V);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -63,7 +63,7 @@ void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout
                                    ids.data<int32_t>(), N, C, V);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -91,7 +91,7 @@ void embedding_backward_rows(Stream& stream, const Tensor& dtable_rows, const Te
                                         dout.data<float>(), ids.data<int32_t>(), N, C, row0, rows);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }

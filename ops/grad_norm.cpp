@@ -25,7 +25,7 @@ void norm_squared(Stream& stream, const Tensor& out, const Tensor& buf, int64_t 
       cuda::norm_squared_f32(stream.cuda_handle(), out.data<float>(), buf.data<float>(), n);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }

@@ -70,7 +70,7 @@ void matmul_forward(Stream& stream, const Tensor& out, const Tensor& inp, const 
                            ld);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -103,7 +103,7 @@ void matmul_forward_residual(Stream& stream, const Tensor& out, const Tensor& re
                                     inp.raw(), weight.raw(), X, N, C, OC);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -143,7 +143,7 @@ void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, 
                             inp.raw(), weight.raw(), X, N, C, OC, ld);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -179,7 +179,7 @@ void matmul_backward_weight_rows(Stream& stream, const Tensor& dweight_rows, con
                                         dout.raw(), inp.raw(), X, N, C, row0, rows, ld);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }

@@ -1,6 +1,5 @@
 #include "ops/residual.h"
 
-#include "engine/core/check.h"
 #include "engine/core/op_profile.h"
 #include "ops/check_args.h"
 #include "ops/cpu/residual.h"
@@ -26,7 +25,7 @@ void residual_forward(Stream& stream, const Tensor& out, const Tensor& a, const 
                                  b.data<float>(), n);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -50,7 +49,7 @@ void residual_backward(Stream& stream, const Tensor& da, const Tensor& db, const
                                   dout.data<float>(), n);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }

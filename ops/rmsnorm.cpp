@@ -1,6 +1,5 @@
 #include "ops/rmsnorm.h"
 
-#include "engine/core/check.h"
 #include "engine/core/op_profile.h"
 #include "ops/check_args.h"
 #include "ops/cpu/bf16.h"
@@ -48,7 +47,7 @@ void rmsnorm_forward(Stream& stream, const Tensor& out, const Tensor& rstd, cons
       return;
     }
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -87,7 +86,7 @@ void rmsnorm_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight,
                                rstd.data<float>(), N, C);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }

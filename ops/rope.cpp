@@ -38,7 +38,7 @@ void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t 
                            H, D, freq, pos_offset);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -72,7 +72,7 @@ void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64
                             T, H, D, freq, pos_offset);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }

@@ -1,6 +1,5 @@
 #include "ops/swiglu.h"
 
-#include "engine/core/check.h"
 #include "engine/core/op_profile.h"
 #include "ops/check_args.h"
 #include "ops/cpu/bf16.h"
@@ -37,7 +36,7 @@ void swiglu_forward(Stream& stream, const Tensor& out, const Tensor& gate, const
                              up.data<uint16_t>(), n);
       return;
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
@@ -81,7 +80,7 @@ void swiglu_backward(Stream& stream, const Tensor& dgate, const Tensor& dup, con
       return;
     }
 #else
-      FANOUT_CHECK(false, op, ": this build has no CUDA backend");
+      no_cuda_backend(op);
 #endif
   }
 }
