@@ -13,6 +13,7 @@
 #include <set>
 
 #include "engine/core/check.h"
+#include "engine/core/durable_file.h"
 #include "models/safetensors.h"
 
 namespace fanout::models {
@@ -40,11 +41,8 @@ void write_all(int fd, const void* data, uint64_t bytes, const std::string& path
 
 // Best effort: makes the rename itself survive a crash.
 void sync_parent_dir(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  (void)::fsync(fd);
-  ::close(fd);
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  dir_sync_best_effort(dir.empty() ? "." : dir);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "apps/train/checkpoint.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +14,7 @@
 #include <set>
 
 #include "engine/core/check.h"
+#include "engine/core/durable_file.h"
 #include "engine/core/file_io.h"
 #include "engine/core/json_parse.h"
 #include "models/llama_checkpoint.h"
@@ -52,11 +52,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kConfigFile = "config.json";
-constexpr const char* kModelFile = "model.safetensors";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
-constexpr const char* kTokenizerFile = "tokenizer.json";  // optional (Checkpoint::tokenizer_json)
-constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFormat = "fanout-adamw";
 constexpr const char* kTempTag = ".tmp-";
 constexpr const char* kAsideTag = ".old-";
@@ -102,18 +97,6 @@ auto in_checkpoint(const fs::path& shown, const fs::path& actual, Fn&& fn) -> de
 
 // --- files --------------------------------------------------------------------
 
-void fd_write_all(int fd, const std::string& text, const fs::path& path) {
-  const char* p = text.data();
-  size_t left = text.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    FANOUT_CHECK(n > 0, path.string(), ": cannot write: ", std::strerror(errno));
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-}
-
 void file_write_synced(const fs::path& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   FANOUT_CHECK(fd >= 0, path.string(), ": cannot create: ", std::strerror(errno));
@@ -125,16 +108,6 @@ void file_write_synced(const fs::path& path, const std::string& text) {
     throw;
   }
   FANOUT_CHECK(::close(fd) == 0, path.string(), ": cannot close: ", std::strerror(errno));
-}
-
-// fsync of an existing file or directory.
-void path_sync(const fs::path& path, bool directory) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-  FANOUT_CHECK(fd >= 0, path.string(), ": cannot open to fsync: ", std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  FANOUT_CHECK(rc == 0, path.string(), ": cannot fsync: ", std::strerror(err));
 }
 
 void path_rename(const fs::path& from, const fs::path& to) {
@@ -171,8 +144,7 @@ bool sibling_parse(const std::string& name, const std::string& base, const char*
 
 // Another live process may still be writing through its temporary directory.
 bool writer_alive(long pid) {
-  if (pid <= 0 || pid == static_cast<long>(::getpid())) return false;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+  return pid != static_cast<long>(::getpid()) && process_alive(pid);
 }
 
 // Removes DIR<tag>* left by writers that are gone (best effort: readers ignore them).
@@ -191,7 +163,7 @@ void siblings_remove(const fs::path& dir, const char* tag) {
 
 bool checkpoint_complete(const fs::path& dir) {
   std::error_code ec;
-  return fs::is_directory(dir, ec) && fs::is_regular_file(dir / kStateFile, ec);
+  return fs::is_directory(dir, ec) && fs::is_regular_file(dir / kCheckpointStateFile, ec);
 }
 
 // Why the entry `dir` of a run directory is not a complete checkpoint, e.g. "has no
@@ -207,10 +179,10 @@ std::string checkpoint_problem(const fs::path& dir) {
     return "is a link to " + fs::read_symlink(dir, ec).string() + " (" + why + ")";
   }
   if (!fs::is_directory(st)) return "is not a directory";
-  const fs::file_status state = fs::status(dir / kStateFile, ec);
-  if (!fs::exists(state)) return std::string("has no ") + kStateFile;
+  const fs::file_status state = fs::status(dir / kCheckpointStateFile, ec);
+  if (!fs::exists(state)) return std::string("has no ") + kCheckpointStateFile;
   if (!fs::is_regular_file(state)) {
-    return std::string("has a ") + kStateFile + " that is not a file";
+    return std::string("has a ") + kCheckpointStateFile + " that is not a file";
   }
   return "";
 }
@@ -250,12 +222,9 @@ void check_replaceable(const fs::path& dir) {
   const fs::file_status st = fs::symlink_status(dir, ec);
   if (!fs::exists(st)) return;
   FANOUT_CHECK(fs::is_directory(st), "exists and is not a directory");
-  const std::set<std::string> ours = {kConfigFile, kModelFile, kOptimizerFile, kStateFile,
-                                      kTokenizerFile};
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    std::string name = e.path().filename().string();
-    if (name.size() > 4 && name.ends_with(".tmp")) name.resize(name.size() - 4);
-    FANOUT_CHECK(ours.count(name), "exists and holds '", e.path().filename().string(),
+    const std::string name = e.path().filename().string();
+    FANOUT_CHECK(checkpoint_file_known(name), "exists and holds '", name,
                  "', which is not a checkpoint file (refusing to replace it)");
   }
   FANOUT_CHECK(!ec, "cannot list the existing directory: ", ec.message());
@@ -293,62 +262,64 @@ void state_check(const TrainerState& s) {
 }
 
 const json& state_key(const json& j, const char* key, const std::string& name) {
-  FANOUT_CHECK(j.contains(key), kStateFile, ": missing key \"", name, "\"");
+  FANOUT_CHECK(j.contains(key), kCheckpointStateFile, ": missing key \"", name, "\"");
   return j[key];
 }
 
 // A non-negative integer that fits int64.
 int64_t state_count(const json& j, const char* key, const std::string& name) {
   const json& v = state_key(j, key, name);
-  FANOUT_CHECK(v.is_number_integer(), kStateFile, ": \"", name, "\" must be an integer, got ",
+  FANOUT_CHECK(v.is_number_integer(), kCheckpointStateFile, ": \"", name,
+               "\" must be an integer, got ",
                v.is_primitive() ? v.dump() : std::string(v.type_name()));
   if (v.is_number_unsigned()) {
     FANOUT_CHECK(v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-                 kStateFile, ": \"", name, "\" is out of range (", v.dump(), ")");
+                 kCheckpointStateFile, ": \"", name, "\" is out of range (", v.dump(), ")");
   }
   const int64_t n = v.get<int64_t>();
-  FANOUT_CHECK(n >= 0, kStateFile, ": \"", name, "\" is negative (", n, ")");
+  FANOUT_CHECK(n >= 0, kCheckpointStateFile, ": \"", name, "\" is negative (", n, ")");
   return n;
 }
 
 TrainerState state_from_text(const std::string& text) {
-  const json j = json_parse(text, kStateFile);
-  FANOUT_CHECK(j.is_object(), kStateFile, ": expected a JSON object, got ", j.type_name());
+  const json j = json_parse(text, kCheckpointStateFile);
+  FANOUT_CHECK(j.is_object(), kCheckpointStateFile, ": expected a JSON object, got ",
+               j.type_name());
   const json& version = state_key(j, "version", "version");
-  FANOUT_CHECK(version.is_number_integer() && version.get<int64_t>() == kStateVersion, kStateFile,
-               ": version ", version.dump(), " is not supported (this build reads ", kStateVersion,
-               ")");
+  FANOUT_CHECK(version.is_number_integer() && version.get<int64_t>() == kStateVersion,
+               kCheckpointStateFile, ": version ", version.dump(),
+               " is not supported (this build reads ", kStateVersion, ")");
   TrainerState s;
   s.step = state_count(j, "step", "step");
   const json& data = state_key(j, "data", "data");
-  FANOUT_CHECK(data.is_object(), kStateFile, ": \"data\" must be an object, got ",
+  FANOUT_CHECK(data.is_object(), kCheckpointStateFile, ": \"data\" must be an object, got ",
                data.type_name());
   s.data.epoch = state_count(data, "epoch", "data.epoch");
   s.data.index = state_count(data, "index", "data.index");
   const json& seed = state_key(j, "seed", "seed");
-  FANOUT_CHECK(seed.is_number_unsigned(), kStateFile,
+  FANOUT_CHECK(seed.is_number_unsigned(), kCheckpointStateFile,
                ": \"seed\" must be a non-negative integer, got ", seed.dump());
   s.seed = seed.get<uint64_t>();
   s.tokens_seen = state_count(j, "tokens_seen", "tokens_seen");
   s.flags = state_key(j, "flags", "flags");
-  FANOUT_CHECK(s.flags.is_object(), kStateFile, ": \"flags\" must be an object, got ",
+  FANOUT_CHECK(s.flags.is_object(), kCheckpointStateFile, ": \"flags\" must be an object, got ",
                s.flags.type_name());
   if (j.contains("validation")) {
     const json& v = j["validation"];
-    FANOUT_CHECK(v.is_object(), kStateFile, ": \"validation\" must be an object, got ",
+    FANOUT_CHECK(v.is_object(), kCheckpointStateFile, ": \"validation\" must be an object, got ",
                  v.type_name());
     const json& loss = state_key(v, "best_loss", "validation.best_loss");
-    FANOUT_CHECK(loss.is_number() && std::isfinite(loss.get<double>()), kStateFile,
+    FANOUT_CHECK(loss.is_number() && std::isfinite(loss.get<double>()), kCheckpointStateFile,
                  ": \"validation.best_loss\" must be a finite number, got ", loss.dump());
     s.best_val_loss = loss.get<double>();
     s.best_step = state_count(v, "best_step", "validation.best_step");
     s.evals_since_best = state_count(v, "evals_since_best", "validation.evals_since_best");
-    FANOUT_CHECK(s.best_step <= s.step, kStateFile, ": \"validation.best_step\" ", s.best_step,
-                 " is past the checkpoint's step ", s.step);
+    FANOUT_CHECK(s.best_step <= s.step, kCheckpointStateFile, ": \"validation.best_step\" ",
+                 s.best_step, " is past the checkpoint's step ", s.step);
   }
   if (j.contains("val_loss")) {
     const json& v = j["val_loss"];
-    FANOUT_CHECK(v.is_number() && std::isfinite(v.get<double>()), kStateFile,
+    FANOUT_CHECK(v.is_number() && std::isfinite(v.get<double>()), kCheckpointStateFile,
                  ": \"val_loss\" must be a finite number, got ", v.dump());
     s.val_loss = v.get<double>();
   }
@@ -435,12 +406,15 @@ void files_write(const fs::path& dir, const Checkpoint& ckpt) {
   } catch (const json::exception&) {
     detail::throw_error("flags must be valid UTF-8");
   }
-  models::llama_config_save(ckpt.config, (dir / kConfigFile).string());
-  path_sync(dir / kConfigFile, false);
-  models::llama_write_weights(ckpt.config, ckpt.params, (dir / kModelFile).string());
-  optimizer_write(ckpt.config, ckpt, dir / kOptimizerFile);
-  if (!ckpt.tokenizer_json.empty()) file_write_synced(dir / kTokenizerFile, ckpt.tokenizer_json);
-  file_write_synced(dir / kStateFile, state_text);  // last: it marks the checkpoint complete
+  models::llama_config_save(ckpt.config, (dir / kCheckpointConfigFile).string());
+  path_sync(dir / kCheckpointConfigFile, false);
+  models::llama_write_weights(ckpt.config, ckpt.params, (dir / kCheckpointModelFile).string());
+  optimizer_write(ckpt.config, ckpt, dir / kCheckpointOptimizerFile);
+  if (!ckpt.tokenizer_json.empty()) {
+    file_write_synced(dir / kCheckpointTokenizerFile, ckpt.tokenizer_json);
+  }
+  // Last: it marks the checkpoint complete.
+  file_write_synced(dir / kCheckpointStateFile, state_text);
   path_sync(dir, true);
 }
 
@@ -473,6 +447,14 @@ void dir_commit(const fs::path& tmp, const fs::path& dir, const std::string& tag
 }  // namespace
 
 // --- public ---------------------------------------------------------------------------
+
+bool checkpoint_file_known(std::string_view name) {
+  if (name.size() > 4 && name.ends_with(".tmp")) name.remove_suffix(4);
+  for (const char* file : kCheckpointFiles) {
+    if (name == file) return true;
+  }
+  return false;
+}
 
 void checkpoint_write(const std::string& dir_arg, const Checkpoint& ckpt) {
   const fs::path dir = dir_normal(dir_arg);
@@ -510,30 +492,31 @@ Checkpoint checkpoint_read(const std::string& dir_arg) {
     const fs::file_status st = fs::status(dir, ec);
     FANOUT_CHECK(fs::exists(st), "no such directory");
     FANOUT_CHECK(fs::is_directory(st), "not a directory");
-    for (const char* file : {kStateFile, kConfigFile, kModelFile, kOptimizerFile}) {
+    for (const char* file : {kCheckpointStateFile, kCheckpointConfigFile, kCheckpointModelFile,
+                             kCheckpointOptimizerFile}) {
       FANOUT_CHECK(fs::exists(fs::status(dir / file, ec)), "missing ", file,
                    " (not a complete checkpoint)");
       file_check_regular((dir / file).string());  // a FIFO or device is refused by name
     }
     Checkpoint ckpt;
-    ckpt.state = state_from_text(file_read(dir / kStateFile));
-    ckpt.config = models::llama_config_load((dir / kConfigFile).string());
+    ckpt.state = state_from_text(file_read(dir / kCheckpointStateFile));
+    ckpt.config = models::llama_config_load((dir / kCheckpointConfigFile).string());
     // Resuming trains: weights, gradients and both moments must fit, checked before
     // any of them is allocated.
-    models::llama_config_check_memory(ckpt.config, kConfigFile, true);
-    models::llama_read_weights(ckpt.config, (dir / kModelFile).string(), ckpt.params);
-    optimizer_read(ckpt.config, dir / kOptimizerFile, ckpt);
-    if (fs::exists(fs::symlink_status(dir / kTokenizerFile, ec))) {
-      ckpt.tokenizer_json = file_read_regular((dir / kTokenizerFile).string());
+    models::llama_config_check_memory(ckpt.config, kCheckpointConfigFile, true);
+    models::llama_read_weights(ckpt.config, (dir / kCheckpointModelFile).string(), ckpt.params);
+    optimizer_read(ckpt.config, dir / kCheckpointOptimizerFile, ckpt);
+    if (fs::exists(fs::symlink_status(dir / kCheckpointTokenizerFile, ec))) {
+      ckpt.tokenizer_json = file_read_regular((dir / kCheckpointTokenizerFile).string());
       // Loaded once here, so a damaged file is named before the run starts.
-      data::tokenizer_from_json(ckpt.tokenizer_json, (shown / kTokenizerFile).string());
+      data::tokenizer_from_json(ckpt.tokenizer_json, (shown / kCheckpointTokenizerFile).string());
     }
     return ckpt;
   });
 }
 
 std::shared_ptr<const data::TextTokenizer> checkpoint_tokenizer(const std::string& dir) {
-  const fs::path path = fs::path(dir) / kTokenizerFile;
+  const fs::path path = fs::path(dir) / kCheckpointTokenizerFile;
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return data::byte_tokenizer();
   return data::tokenizer_load(path.string());
@@ -592,8 +575,9 @@ std::string checkpoint_find_last(const std::string& out_dir, std::string* passed
       continue;
     }
     if (name == "final") {
-      step = in_checkpoint(out / name, dir,
-                           [&] { return state_from_text(file_read(dir / kStateFile)).step; });
+      step = in_checkpoint(out / name, dir, [&] {
+        return state_from_text(file_read(dir / kCheckpointStateFile)).step;
+      });
     }
     if (step > best_step || (step == best_step && name == "final")) {
       best_step = step;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,21 @@
 #include "models/llama_config.h"
 
 namespace fanout::train {
+
+// The files of a checkpoint directory. trainer_state.json, written last, marks a
+// checkpoint complete; tokenizer.json is there when the run has a tokenizer.
+inline constexpr const char* kCheckpointConfigFile = "config.json";
+inline constexpr const char* kCheckpointModelFile = "model.safetensors";
+inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kCheckpointTokenizerFile = "tokenizer.json";
+inline constexpr const char* kCheckpointStateFile = "trainer_state.json";
+inline constexpr const char* kCheckpointFiles[] = {kCheckpointConfigFile, kCheckpointModelFile,
+                                                   kCheckpointOptimizerFile,
+                                                   kCheckpointTokenizerFile, kCheckpointStateFile};
+
+// Whether `name` is one of kCheckpointFiles, or one of them half-written (NAME.tmp):
+// what a checkpoint directory, finished or interrupted, may hold.
+bool checkpoint_file_known(std::string_view name);
 
 struct TrainerState {
   int64_t step = 0;        // optimizer steps completed

@@ -1,12 +1,14 @@
 #include "apps/train/checkpoint_rotation.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <filesystem>
+
+#include "apps/train/checkpoint.h"
+#include "engine/core/durable_file.h"
 
 namespace fanout::train {
 
@@ -23,13 +25,6 @@ int64_t step_of(const std::string& name) {
   auto [end, ec] = std::from_chars(name.data() + 5, name.data() + name.size(), step);
   return ec == std::errc() && end == name.data() + name.size() ? step : -1;
 }
-
-void dir_sync(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  (void)::fsync(fd);
-  ::close(fd);
-}
 }  // namespace
 
 std::vector<std::string> checkpoint_steps_list(const std::string& out_dir) {
@@ -40,7 +35,7 @@ std::vector<std::string> checkpoint_steps_list(const std::string& out_dir) {
     const int64_t step = step_of(name);
     std::error_code st;
     if (step < 0 || !fs::is_directory(fs::symlink_status(e.path(), st)) ||
-        !fs::is_regular_file(e.path() / "trainer_state.json", st)) {
+        !fs::is_regular_file(e.path() / kCheckpointStateFile, st)) {
       continue;
     }
     found.emplace_back(step, name);
@@ -71,7 +66,7 @@ std::vector<std::string> checkpoint_rotate(const std::string& out_dir, int64_t k
     } while (fs::exists(fs::symlink_status(to, ec)));
     fs::rename(from, to, ec);
     if (ec) continue;
-    dir_sync(out);
+    dir_sync_best_effort(out);
     fs::remove_all(to, ec);
     removed.push_back(steps[i]);
   }

@@ -1,7 +1,6 @@
 #include "apps/train/run_dir.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,7 +10,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "apps/train/checkpoint.h"
 #include "engine/core/check.h"
+#include "engine/core/durable_file.h"
 
 namespace fanout::train {
 
@@ -25,10 +26,6 @@ std::string lock_owner(int fd) {
   std::string s(buf, n > 0 ? static_cast<size_t>(n) : 0);
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
-}
-
-bool process_alive(long pid) {
-  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
 // Whether `name` ends in ".tmp-<pid>-<n>"; sets pid.
@@ -46,16 +43,12 @@ bool temp_name(const std::string& name, long& pid) {
 // A checkpoint's temporary directory holds nothing but checkpoint files (some
 // perhaps half-written as NAME.tmp): anything else is not provably ours.
 bool only_checkpoint_files(const fs::path& dir) {
-  static const char* const kFiles[] = {"config.json", "model.safetensors", "optimizer.safetensors",
-                                       "trainer_state.json", "tokenizer.json"};
   std::error_code ec;
   if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    std::string name = e.path().filename().string();
-    if (name.ends_with(".tmp")) name.resize(name.size() - 4);
-    bool known = false;
-    for (const char* f : kFiles) known |= name == f;
-    if (!known || !e.is_regular_file(ec)) return false;
+    if (!checkpoint_file_known(e.path().filename().string()) || !e.is_regular_file(ec)) {
+      return false;
+    }
   }
   return !ec;
 }

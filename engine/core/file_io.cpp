@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "engine/core/check.h"
+#include "engine/core/durable_file.h"
 
 namespace fanout {
 
@@ -98,16 +99,6 @@ class TempRegistration {
  private:
   int slot_ = -1;
 };
-
-void write_all(int fd, const char* p, size_t left, const std::string& path) {
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, std::min<size_t>(left, size_t{1} << 30));
-    if (n < 0 && errno == EINTR) continue;
-    FANOUT_CHECK(n > 0, path, ": cannot write: ", std::strerror(n < 0 ? errno : ENOSPC));
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-}
 }  // namespace
 
 const char* file_kind_name(unsigned mode) {
@@ -267,7 +258,7 @@ void file_write_atomic(const std::string& path, std::string_view content, std::s
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   FANOUT_CHECK(fd >= 0, what, " ", path, ": cannot create ", tmp, ": ", std::strerror(errno));
   try {
-    write_all(fd, content.data(), content.size(), path);
+    fd_write_all(fd, content, path);
     FANOUT_CHECK(::fsync(fd) == 0, path, ": cannot write: ", std::strerror(errno));
     const int rc = ::close(fd);
     fd = -1;
