@@ -173,7 +173,7 @@ void LlamaModel::set_fused_classifier(bool on) {
 
 // Note [Lazy flat buffers]: the flat parameters and gradients are allocated at
 // their first use, not in the constructor, so that zero2/zero3 (which keep only
-// shards, engine/parallel/unit_store.h) never allocate what they replace -- under
+// shards, engine/parallel/zero/sharded_storage.h) never allocate what they replace -- under
 // --device-memory a model larger than one device must not fail before it is sharded.
 void LlamaModel::ensure_params() {
   const int64_t P = layout_.total();
@@ -453,6 +453,20 @@ void LlamaModel::forward_loss(const Tensor& inputs, const Tensor& targets, const
                                             targets, B * T, config_.vocab_size, ld_, ignore_index);
   ops::cross_entropy_forward(*stream_, stats, arena_->logits, targets, B * T, config_.vocab_size,
                              ignore_index);
+}
+
+// The same token cross-entropy as forward_loss, on logits gathered from every
+// replica (faithful dp): one loss, owned by the model, whoever holds the logits.
+void LlamaModel::logits_loss(Stream& stream, const Tensor& logits, const Tensor& targets,
+                             const Tensor& stats, int32_t ignore_index) {
+  const int64_t V = logits.size(logits.dim() - 1), N = logits.numel() / V;
+  ops::cross_entropy_forward(stream, stats, logits, targets, N, V, ignore_index);
+}
+
+void LlamaModel::logits_loss_backward(Stream& stream, const Tensor& logits, const Tensor& targets,
+                                      int32_t ignore_index, float normalizer) {
+  const int64_t V = logits.size(logits.dim() - 1), N = logits.numel() / V;
+  ops::cross_entropy_backward(stream, logits, logits, targets, N, V, ignore_index, normalizer);
 }
 
 // --- backward ---------------------------------------------------------------

@@ -70,6 +70,10 @@ class LlamaModel final : public parallel::Replica {
   Tensor forward_logits(const Tensor& inputs) override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   void backward_from_logits(const Tensor& dlogits) override;
+  void logits_loss(Stream& stream, const Tensor& logits, const Tensor& targets, const Tensor& stats,
+                   int32_t ignore_index) override;
+  void logits_loss_backward(Stream& stream, const Tensor& logits, const Tensor& targets,
+                            int32_t ignore_index, float normalizer) override;
   void forward_loss(const Tensor& inputs, const Tensor& targets, const Tensor& stats,
                     int32_t ignore_index) override;
   void backward_from_loss(float normalizer) override;

@@ -1,4 +1,4 @@
-// The collectives of the DDP articles through fanout::parallel::Communicator: one
+// The collectives of the DDP articles through fanout::comm::Communicator: one
 // function, tour(), called by every member with its own handle (SPMD), prints what
 // each collective gave. The same function runs in two settings:
 //
@@ -27,15 +27,15 @@
 #include <thread>
 #include <vector>
 
+#include "engine/comm/communicator.h"
 #include "engine/core/check.h"
 #include "engine/core/number_text.h"
-#include "engine/parallel/communicator.h"
 
 namespace {
 
 using namespace fanout;
-using parallel::Communicator;
-using parallel::ReduceOp;
+using comm::Communicator;
+using comm::ReduceOp;
 
 constexpr int kMaxInt = std::numeric_limits<int>::max();
 
@@ -81,8 +81,8 @@ void tour(Communicator& c, Say&& say) {
     Tensor t = make(c, DType::i32, {x, -x, 10 * x});
     before = show(t);
     c.all_reduce(t, op);
-    say(std::string("all_reduce i32 ") + parallel::reduce_op_name(op) + ":      " + before +
-        " -> " + show(t));
+    say(std::string("all_reduce i32 ") + comm::reduce_op_name(op) + ":      " + before + " -> " +
+        show(t));
   }
   // bf16: summed in fp32, rounded to bf16 once.
   Tensor h = make(c, DType::bf16, {0.1f * x, 256 + x});
@@ -146,7 +146,7 @@ void tour(Communicator& c, Say&& say) {
 int run_local(int members) {
   std::vector<Device> devices;
   for (int r = 0; r < members; ++r) devices.push_back(cpu_device(r));
-  auto comms = parallel::make_local_communicators(devices, 60);
+  auto comms = comm::make_local_communicators(devices, 60);
   std::vector<std::vector<std::string>> lines(members);
   std::vector<std::string> errors(members);
   std::vector<std::thread> threads;
@@ -183,9 +183,9 @@ int run_process() {
                "RANK is set: MASTER_ADDR, MASTER_PORT and WORLD_SIZE must be set too");
   const int world = env_int("WORLD_SIZE", 1, kMaxInt);
   const int rank = env_int("RANK", 0, world - 1);
-  parallel::Rendezvous rendezvous(addr, env_int("MASTER_PORT", 1, 65535), rank, world,
-                                  std::chrono::milliseconds(60000));
-  auto comm = parallel::make_process_communicator(rendezvous, cpu_device(0), 60);
+  distributed::Rendezvous rendezvous(addr, env_int("MASTER_PORT", 1, 65535), rank, world,
+                                     std::chrono::milliseconds(60000));
+  auto comm = comm::make_process_communicator(rendezvous, cpu_device(0), 60);
   if (rank == 0) std::printf("%d processes, backend %s\n", world, comm->backend());
   tour(*comm, [&](const std::string& line) { std::printf("[rank %d] %s\n", rank, line.c_str()); });
   std::fflush(stdout);

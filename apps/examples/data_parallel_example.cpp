@@ -11,8 +11,7 @@
 #include <string>
 
 #include "apps/data/tokenizer.h"
-#include "apps/train/loss_functions.h"
-#include "apps/train/optimizer.h"
+#include "apps/train/training.h"
 #include "engine/parallel/data_parallel.h"
 #include "models/llama_model.h"
 
@@ -43,24 +42,21 @@ int main(int argc, char** argv) {
   models::LlamaConfig config = models::llama_preset("tiny");
   config.num_hidden_layers = 2;
 
-  // 2. The engine: one replica per device, built once. The primary (device_ids[0])
-  //    holds the weights that count; DataParallel broadcasts them to the others.
-  parallel::DataParallelOptions options;
-  options.device_ids = {cpu_device(0), cpu_device(1)};
+  // 2. The run: one replica per device, built once under the DataParallel engine.
+  //    The primary (devices[0]) holds the weights that count; the engine
+  //    broadcasts them to the others. AdamW steps on whatever shard each device
+  //    owns after the reduction, and the engine then brings the replicas up to date.
+  train::TrainingOptions options;
+  options.config = config;
+  options.devices = {cpu_device(0), cpu_device(1)};
   options.loss_on = parallel::LossOn::replicas;  // only loss scalars leave the replicas
-  auto factory = [&](Device device, int index) {
-    auto model = std::make_unique<models::LlamaModel>(config, device);
-    if (index == 0) model->init_random(42);
-    return model;
-  };
-  parallel::DataParallel dp(factory, options, train::cross_entropy_loss_functions());
+  options.adam.lr = 3e-3f;
+  train::InitialWeights weights;
+  weights.seed = 42;
+  train::Training training(options, weights);
+  parallel::DataParallel& dp = training.engine();
 
-  // 3. The optimizer steps on whatever shard each device owns after the reduction.
-  ops::AdamWConfig adam;
-  adam.lr = 3e-3f;
-  train::Optimizer optimizer(dp, train::decay_runs(models::LlamaLayout(config)), adam);
-
-  // 4. Data: 8 rows of 32 bytes from a repeating sentence, targets shifted by one.
+  // 3. Data: 8 rows of 32 bytes from a repeating sentence, targets shifted by one.
   std::string text;
   while (text.size() < 8 * 33) text += "the quick brown fox jumps over the lazy dog. ";
   std::vector<int32_t> ids = data::byte_encode(text);
@@ -74,14 +70,12 @@ int main(int argc, char** argv) {
   }
   parallel::HostBatch batch{B, T, inputs.data(), targets.data()};
 
-  // 5. The step: scatter + forward + backward, reduce, optimizer.
+  // 4. The step: scatter + forward + backward, reduce, optimizer.
   double first = 0, last = 0;
   for (int step = 1; step <= 30; ++step) {
-    dp.zero_grad();
-    parallel::LossStats stats = dp.forward_backward(batch, models::kIgnoreIndex, B * T);
-    dp.reduce_gradients();
-    double norm = optimizer.step(step, adam.lr, 1.0);
-    last = stats.loss_sum / stats.count;
+    train::Training::StepResult r = training.step(batch, B * T, step, options.adam.lr, 1.0);
+    const double norm = r.grad_norm;
+    last = r.loss.loss_sum / r.loss.count;
     if (step == 1) first = last;
     if (step % 10 == 0 || step == 1) {
       std::printf("step %2d  loss %.4f  grad norm %.3f  rows per device %lld,%lld\n", step, last,

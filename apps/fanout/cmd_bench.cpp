@@ -5,13 +5,14 @@
 // grads, ...), optionally as JSON. It fits the terminal's width (--wide: the full
 // table). A mode that fails is a row saying why, the others still run, and the
 // exit code says one failed. The ddp row and the PyTorch peers (--peers) live in
-// apps/presentation/bench_ddp.h and bench_peers.h. `fanout bench ops`: GFLOP/s of
+// apps/bench/bench_ddp.h and bench_peers.h. `fanout bench ops`: GFLOP/s of
 // the CPU matmul and attention kernels at a preset's shapes.
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <new>
 #include <string>
@@ -19,17 +20,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/bench/bench.h"
+#include "apps/bench/bench_ddp.h"
+#include "apps/bench/bench_peers.h"
+#include "apps/bench/bench_profile.h"
+#include "apps/bench/bench_table.h"
 #include "apps/data/terminal_text.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
-#include "apps/presentation/bench.h"
-#include "apps/presentation/bench_ddp.h"
-#include "apps/presentation/bench_peers.h"
-#include "apps/presentation/bench_profile.h"
 #include "apps/presentation/bench_svg.h"
-#include "apps/presentation/bench_table.h"
+#include "apps/presentation/text_format.h"
 #include "apps/presentation/text_table.h"
-#include "apps/presentation/walkthrough_prose.h"
 #include "apps/train/ddp_env.h"
 #include "apps/train/device_memory.h"
 #include "apps/train/memory_check.h"
@@ -48,8 +49,8 @@ struct BenchArgs {
               svg;
   int64_t batch_size = 16, seq_len = 128;
   // At least `steps` timed steps and `min_seconds` of them per mode (BenchSetup).
-  int steps = presentation::BenchSetup{}.steps, warmup = 1;
-  double min_seconds = presentation::BenchSetup{}.min_seconds;
+  int steps = bench::BenchSetup{}.steps, warmup = 1;
+  double min_seconds = bench::BenchSetup{}.min_seconds;
   bool peers = false, mfu = false, kernels = false, wide = false;
   double bucket_mb = 25.0;
   // fp32, bf16 or both (every mode in each); the dtype gradient sums travel in.
@@ -118,7 +119,7 @@ std::string self_binary() {
 
 // One rank of the ddp row: entry LOCAL_RANK of the listed devices (ddp_device).
 int run_bench_worker(const BenchArgs& a) {
-  presentation::BenchSetup setup;
+  bench::BenchSetup setup;
   setup.config = config_of(a);
   setup.ddp = train::ddp_env_from_environment();
   Device d = train::ddp_device(setup.ddp, devices_parse(a.devices));
@@ -136,10 +137,9 @@ int run_bench_worker(const BenchArgs& a) {
   // silently: the launcher line would land inside the bench's table.
   train::DdpGroup group = train::ddp_connect(setup.ddp, d, train::TrainOptions{}.timeout, false);
   setup.group = group.group.get();
-  presentation::BenchResult r =
-      presentation::bench_mode(setup, presentation::bench_modes_parse("ddp")[0]);
+  presentation::BenchResult r = bench::bench_mode(setup, bench::bench_modes_parse("ddp")[0]);
   file_write_atomic(a.json + ".rank" + std::to_string(setup.ddp.rank),
-                    presentation::bench_result_json(r).dump() + "\n", "--json");
+                    bench::bench_result_json(r).dump() + "\n", "--json");
   return 0;
 }
 
@@ -149,17 +149,16 @@ std::vector<std::string> precisions_of(const BenchArgs& a) {
   return {a.precision};
 }
 
-std::vector<presentation::PeerRow> run_peers(const BenchArgs& a,
-                                             const std::vector<Device>& devices) {
-  presentation::PeerRequest q;
-  q.python = presentation::bench_peers_python();
+std::vector<bench::PeerRow> run_peers(const BenchArgs& a, const std::vector<Device>& devices) {
+  bench::PeerRequest q;
+  q.python = bench::bench_peers_python();
   const char* env_dir = std::getenv("FANOUT_REFERENCE_DIR");
   q.script =
       std::string(env_dir ? env_dir : FANOUT_SOURCE_DIR "/tests/reference") + "/peer_bench.py";
   q.config = a.config_file.empty() ? a.preset : a.config_file;
   q.batch_size = a.batch_size, q.seq_len = a.seq_len, q.steps = a.steps, q.warmup = a.warmup;
   q.precisions = precisions_of(a);
-  return presentation::bench_peers_run(q, devices);
+  return bench::bench_peers_run(q, devices);
 }
 
 // Before any work: every result path must be a regular file or a new path (a
@@ -178,14 +177,15 @@ void check_outputs(const BenchArgs& a) {
   }
 }
 
-int run_bench(const BenchArgs& given) {
-  BenchArgs a = given;
+// The setup every row shares and the modes, from the flags, each checked before
+// anything runs.
+bench::BenchSetup setup_of(BenchArgs& a, std::vector<parallel::Mode>& modes) {
+  bench::BenchSetup setup;
   check_outputs(a);
   FANOUT_CHECK(a.precision == "fp32" || a.precision == "bf16" || a.precision == "both",
                "--precision must be fp32, bf16 or both, got '", a.precision, "'");
   FANOUT_CHECK(a.grad_comm == "fp32" || a.grad_comm == "bf16",
                "--grad-comm must be fp32 or bf16, got '", a.grad_comm, "'");
-  presentation::BenchSetup setup;
   setup.config = config_of(a);
   setup.devices = devices_parse(a.devices);
   devices_check_available(setup.devices);
@@ -205,97 +205,28 @@ int run_bench(const BenchArgs& given) {
   FANOUT_CHECK(a.bucket_mb > 0, "--bucket-mb must be positive, got ", a.bucket_mb);
   FANOUT_CHECK(a.seq_len <= setup.config.max_position_embeddings, "--seq-len ", a.seq_len,
                " exceeds max_position_embeddings ", setup.config.max_position_embeddings);
-  std::vector<presentation::BenchMode> modes = presentation::bench_modes_parse(a.modes);
+  modes = bench::bench_modes_parse(a.modes);
   // Before anything runs: the one-device baseline (the whole batch on devices[0]).
   train::memory_check_fits(setup.config, {setup.devices[0]},
                            {a.batch_size, a.batch_size, a.seq_len, false, true});
-  const int64_t share =
-      train::memory_largest_share(a.batch_size, static_cast<int64_t>(setup.devices.size()));
 
-  // Fitted to the terminal (--wide: one full line per mode); prose wraps under an indent.
-  const size_t width = a.wide ? 0 : data::terminal_columns();
-  auto say = [&](const std::string& text) {
-    std::fputs(presentation::text_wrap(text, width, "  ").c_str(), stdout);
-  };
-  say(presentation::walk::strf(
-      "fanout bench: %lld parameters, global batch %lld x %lld, devices %s; each mode "
-      "timed step by step after %d warm-up, at least %d steps and %g s",
-      static_cast<long long>(setup.config.num_parameters()), static_cast<long long>(a.batch_size),
-      static_cast<long long>(a.seq_len), devices_str(setup.devices).c_str(), a.warmup, a.steps,
-      a.min_seconds));
-  std::string flags;
-  for (const presentation::BenchMode& m : modes)
-    flags += (flags.empty() ? "" : "; ") + m.name + " = " + presentation::bench_mode_flags(m);
-  say("modes as fanout train flags: " + flags);
-  const std::vector<std::string> precisions = precisions_of(a);
-  const std::string base_label = "1 device (" + setup.devices[0].str() + ")";
-  // Every row's label before any runs, so that the rows line up as they print.
-  std::vector<std::string> labels = {base_label, "PyTorch peer"};
-  for (const std::string& precision : precisions) {
-    for (const presentation::BenchMode& m : modes) {
-      labels.push_back((m.name == "ddp" ? presentation::bench_ddp_label(setup.devices) : m.name) +
-                       (precision == "bf16" ? " bf16" : ""));
-    }
-  }
-  const presentation::BenchTable table = presentation::bench_table(labels, width);
-  std::fputs(presentation::bench_table_head(table).c_str(), stdout);
-  std::fflush(stdout);
-  // One device, whole batch, fp32: the baseline every speed-up is measured against.
-  presentation::BenchSetup one = setup;
-  one.devices = {setup.devices[0]};
-  presentation::BenchResult base = run_row(base_label, "fp32", [&] {
-    presentation::BenchResult r =
-        presentation::bench_mode(one, presentation::bench_modes_parse("dp")[0]);
-    r.mode = base_label;
-    return r;
-  });
-  std::fputs(presentation::bench_table_row(table, base, base.tokens_per_s).c_str(), stdout);
-  std::vector<presentation::BenchResult> results;
-  const std::string fanout = self_binary();
-  for (const std::string& precision : precisions) {
-    presentation::BenchSetup ps = setup;
-    ps.working = precision == "bf16" ? DType::bf16 : DType::f32;
-    for (size_t i = 0; i < modes.size(); ++i) {
-      const presentation::BenchMode& m = modes[i];
-      bool last = precision == precisions.back() && i + 1 == modes.size();
-      if (!a.trace.empty() && last) Trace::global().set_enabled(true);
-      const std::string label =
-          m.name == "ddp" ? presentation::bench_ddp_label(setup.devices) : m.name;
-      results.push_back(run_row(label, precision, [&] {
-        if (m.name == "ddp")
-          return presentation::bench_ddp_run(fanout, setup.devices, worker_flags(a, precision));
-        if (m.loss_on == parallel::LossOn::output) {  // the batch's logits on one device
-          train::memory_check_fits(setup.config, setup.devices,
-                                   {a.batch_size, share, a.seq_len, true, true});
-        }
-        return presentation::bench_mode(ps, m);
-      }));
-      std::fputs(presentation::bench_table_row(table, results.back(), base.tokens_per_s).c_str(),
-                 stdout);
-      std::fflush(stdout);
-    }
-  }
-  std::vector<presentation::PeerRow> peers;
-  if (a.peers) peers = run_peers(a, setup.devices);
-  for (const auto& p : peers)
-    std::fputs(presentation::bench_table_peer(table, p, base.tokens_per_s).c_str(), stdout);
-  // What ran, for the summaries, the memory table and the picture.
-  std::vector<presentation::BenchResult> ran;
-  for (const auto& r : results)
-    if (r.failed.empty()) ran.push_back(r);
-  std::vector<presentation::BenchResult> ranked = {base};
-  ranked.insert(ranked.end(), results.begin(), results.end());
-  std::fputs(presentation::bench_phase_table(table, ranked).c_str(), stdout);
-  if (width > 0) std::printf("\n");
-  std::fputs(presentation::bench_ranking_line(ranked, width).c_str(), stdout);
-  // The ratios the comparison is about, each from this one run.
+  return setup;
+}
+
+using Say = std::function<void(const std::string&)>;
+
+// The ratios the comparison is about, each from this one run: the best mode per
+// precision against PyTorch DDP and (bf16) against fanout's fp32 best.
+void say_best(const std::vector<std::string>& precisions,
+              const std::vector<presentation::BenchResult>& ran,
+              const std::vector<bench::PeerRow>& peers, const Say& say) {
   auto best_of = [&](const std::string& precision) {
     const presentation::BenchResult* best = nullptr;
     for (const auto& r : ran)
       if (r.precision == precision && (!best || r.tokens_per_s > best->tokens_per_s)) best = &r;
     return best;
   };
-  auto peer_of = [&](const std::string& precision) -> const presentation::PeerRow* {
+  auto peer_of = [&](const std::string& precision) -> const bench::PeerRow* {
     for (const auto& p : peers)
       if (p.status == "ok" && p.precision == precision && p.label.rfind("PyTorch DDP", 0) == 0)
         return &p;
@@ -304,91 +235,86 @@ int run_bench(const BenchArgs& given) {
   for (const std::string& precision : precisions) {
     const presentation::BenchResult* best = best_of(precision);
     if (!best) continue;
-    std::string line = presentation::walk::strf(
-        "fanout %s best: %s, %.0f tokens/s %s", precision.c_str(), best->mode.c_str(),
-        best->tokens_per_s, presentation::step_times_spread_str(best->step).c_str());
-    if (const presentation::PeerRow* p = peer_of(precision))
-      line +=
-          presentation::walk::strf(" = %.2fx PyTorch DDP %s", best->tokens_per_s / p->tokens_per_s,
-                                   precision == "bf16" ? "bf16 autocast" : "fp32");
+    std::string line = presentation::strf("fanout %s best: %s, %.0f tokens/s %s", precision.c_str(),
+                                          best->mode.c_str(), best->tokens_per_s,
+                                          presentation::step_times_spread_str(best->step).c_str());
+    if (const bench::PeerRow* p = peer_of(precision))
+      line += presentation::strf(" = %.2fx PyTorch DDP %s", best->tokens_per_s / p->tokens_per_s,
+                                 precision == "bf16" ? "bf16 autocast" : "fp32");
     const presentation::BenchResult* f32 = best_of("fp32");
     if (precision == "bf16" && f32)
-      line += presentation::walk::strf(" = %.2fx fanout fp32 best",
-                                       best->tokens_per_s / f32->tokens_per_s);
+      line +=
+          presentation::strf(" = %.2fx fanout fp32 best", best->tokens_per_s / f32->tokens_per_s);
     say(line);
   }
-  const nlohmann::json mfu = a.mfu ? presentation::bench_mfu_report(setup, ran, precisions, width)
-                                   : nlohmann::json::array();
-  const nlohmann::json kernels = a.kernels
-                                     ? presentation::bench_kernels_report(setup, precisions, width)
-                                     : nlohmann::json::array();
-  std::vector<presentation::BenchResult> memory_rows;
-  if (base.failed.empty()) memory_rows.push_back(base);
-  memory_rows.insert(memory_rows.end(), ran.begin(), ran.end());
-  std::printf("\n");
-  say("peak bytes per device in the timed steps, by kind (each kind's own peak; total: all kinds "
-      "at once)");
-  std::fputs(presentation::bench_memory_table(memory_rows, width).c_str(), stdout);
-  if (!a.trace.empty()) {
-    Trace::global().set_enabled(false);
-    Trace::global().write(a.trace);
-    say("trace of " + modes.back().name + " written to " + a.trace + " (open in ui.perfetto.dev)");
-  }
-  // Speed-ups over the baseline; none where it failed.
-  const double base_tps = base.failed.empty() ? base.tokens_per_s : 0;
+}
+
+// --svg: the tokens/s picture of the rows that ran and the peers.
+void write_svg(const BenchArgs& a, const bench::BenchSetup& setup,
+               const std::vector<presentation::BenchResult>& memory_rows,
+               const std::vector<bench::PeerRow>& peers, double base_tps, const Say& say) {
   auto speedup = [&](double tps) { return base_tps > 0 ? tps / base_tps : 0.0; };
-  if (!a.svg.empty()) {
-    std::vector<presentation::SvgRow> rows;
-    for (const auto& r : memory_rows)
-      rows.push_back({presentation::bench_row_label(r), r.tokens_per_s, speedup(r.tokens_per_s),
-                      true, r.phases});
-    for (const auto& p : peers) {
-      if (p.status == "ok")
-        rows.push_back({p.label, p.tokens_per_s, speedup(p.tokens_per_s), false, {}});
-    }
-    char subtitle[256];
-    std::snprintf(subtitle, sizeof subtitle, "%.2fM parameters, global batch %lld x %lld, %s",
-                  setup.config.num_parameters() / 1e6, static_cast<long long>(a.batch_size),
-                  static_cast<long long>(a.seq_len), devices_str(setup.devices).c_str());
-    file_write_atomic(a.svg,
-                      presentation::bench_svg("fanout bench: data-parallel modes", subtitle, rows),
-                      "--svg");
-    say("picture written to " + a.svg);
+  std::vector<presentation::SvgRow> rows;
+  for (const auto& r : memory_rows)
+    rows.push_back(
+        {bench::bench_row_label(r), r.tokens_per_s, speedup(r.tokens_per_s), true, r.phases});
+  for (const auto& p : peers) {
+    if (p.status == "ok")
+      rows.push_back({p.label, p.tokens_per_s, speedup(p.tokens_per_s), false, {}});
   }
-  if (!a.json.empty()) {
-    nlohmann::json rows = nlohmann::json::array();
-    rows.push_back(presentation::bench_row_json(base, base_tps, ran));
-    for (const auto& r : results) rows.push_back(presentation::bench_row_json(r, base_tps, ran));
-    for (const auto& p : peers) {
-      nlohmann::json j = {
-          {"mode", p.label}, {"peer", true}, {"precision", p.precision}, {"status", p.status}};
-      if (p.status == "ok") {
-        j["tokens_per_s"] = p.tokens_per_s;
-      } else {
-        j["reason"] = p.reason;
-      }
-      rows.push_back(j);
+  char subtitle[256];
+  std::snprintf(subtitle, sizeof subtitle, "%.2fM parameters, global batch %lld x %lld, %s",
+                setup.config.num_parameters() / 1e6, static_cast<long long>(a.batch_size),
+                static_cast<long long>(a.seq_len), devices_str(setup.devices).c_str());
+  file_write_atomic(
+      a.svg, presentation::bench_svg("fanout bench: data-parallel modes", subtitle, rows), "--svg");
+  say("picture written to " + a.svg);
+}
+
+// --json: every row's figures, the peers, and the mfu and kernel reports asked for.
+void write_json(const BenchArgs& a, const bench::BenchSetup& setup,
+                const presentation::BenchResult& base,
+                const std::vector<presentation::BenchResult>& results,
+                const std::vector<presentation::BenchResult>& ran,
+                const std::vector<bench::PeerRow>& peers, double base_tps,
+                const nlohmann::json& mfu, const nlohmann::json& kernels, const Say& say) {
+  nlohmann::json rows = nlohmann::json::array();
+  rows.push_back(bench::bench_row_json(base, base_tps, ran));
+  for (const auto& r : results) rows.push_back(bench::bench_row_json(r, base_tps, ran));
+  for (const auto& p : peers) {
+    nlohmann::json j = {
+        {"mode", p.label}, {"peer", true}, {"precision", p.precision}, {"status", p.status}};
+    if (p.status == "ok") {
+      j["tokens_per_s"] = p.tokens_per_s;
+    } else {
+      j["reason"] = p.reason;
     }
-    nlohmann::json doc = {{"parameters", setup.config.num_parameters()},
-                          {"batch_size", a.batch_size},
-                          {"seq_len", a.seq_len},
-                          {"steps", a.steps},
-                          {"min_seconds", a.min_seconds},
-                          {"warmup", a.warmup},
-                          {"devices", devices_str(setup.devices)},
-                          {"results", rows}};
-    if (a.mfu) doc["mfu"] = mfu;
-    if (a.kernels) doc["kernels"] = kernels;
-    file_write_atomic(a.json, doc.dump(2) + "\n", "--json");
-    say("figures written to " + a.json);
+    rows.push_back(j);
   }
-  // A failed fanout row fails the bench (after every other row ran and was written);
+  nlohmann::json doc = {{"parameters", setup.config.num_parameters()},
+                        {"batch_size", a.batch_size},
+                        {"seq_len", a.seq_len},
+                        {"steps", a.steps},
+                        {"min_seconds", a.min_seconds},
+                        {"warmup", a.warmup},
+                        {"devices", devices_str(setup.devices)},
+                        {"results", rows}};
+  if (a.mfu) doc["mfu"] = mfu;
+  if (a.kernels) doc["kernels"] = kernels;
+  file_write_atomic(a.json, doc.dump(2) + "\n", "--json");
+  say("figures written to " + a.json);
+}
+
+// A failed fanout row fails the bench (after every other row ran and was written);
+// a skipped or failed PyTorch peer does not. Returns the exit code.
+int exit_code_of(const presentation::BenchResult& base,
+                 const std::vector<presentation::BenchResult>& results) {
   // a skipped or failed PyTorch peer does not.
   std::string failed;
   int n_failed = 0;
   auto note = [&](const presentation::BenchResult& r) {
     if (r.failed.empty()) return;
-    failed += (failed.empty() ? "" : ", ") + presentation::bench_row_label(r);
+    failed += (failed.empty() ? "" : ", ") + bench::bench_row_label(r);
     ++n_failed;
   };
   note(base);
@@ -398,6 +324,110 @@ int run_bench(const BenchArgs& given) {
   std::fprintf(stderr, "fanout: error: %d of %zu rows failed (%s); each row above says why\n",
                n_failed, results.size() + 1, failed.c_str());
   return 1;
+}
+
+int run_bench(const BenchArgs& given) {
+  BenchArgs a = given;
+  std::vector<parallel::Mode> modes;
+  bench::BenchSetup setup = setup_of(a, modes);
+  const int64_t share =
+      train::memory_largest_share(a.batch_size, static_cast<int64_t>(setup.devices.size()));
+
+  // Fitted to the terminal (--wide: one full line per mode); prose wraps under an indent.
+  const size_t width = a.wide ? 0 : data::terminal_columns();
+  auto say = [&](const std::string& text) {
+    std::fputs(presentation::text_wrap(text, width, "  ").c_str(), stdout);
+  };
+  say(presentation::strf(
+      "fanout bench: %lld parameters, global batch %lld x %lld, devices %s; each mode "
+      "timed step by step after %d warm-up, at least %d steps and %g s",
+      static_cast<long long>(setup.config.num_parameters()), static_cast<long long>(a.batch_size),
+      static_cast<long long>(a.seq_len), devices_str(setup.devices).c_str(), a.warmup, a.steps,
+      a.min_seconds));
+  std::string flags;
+  for (const parallel::Mode& m : modes)
+    flags += (flags.empty() ? "" : "; ") + m.name + " = " + parallel::mode_flags(m);
+  say("modes as fanout train flags: " + flags);
+  const std::vector<std::string> precisions = precisions_of(a);
+  const std::string base_label = "1 device (" + setup.devices[0].str() + ")";
+  // Every row's label before any runs, so that the rows line up as they print.
+  std::vector<std::string> labels = {base_label, "PyTorch peer"};
+  for (const std::string& precision : precisions) {
+    for (const parallel::Mode& m : modes) {
+      labels.push_back((m.processes ? bench::bench_ddp_label(setup.devices) : m.name) +
+                       (precision == "bf16" ? " bf16" : ""));
+    }
+  }
+  const bench::BenchTable table = bench::bench_table(labels, width);
+  std::fputs(bench::bench_table_head(table).c_str(), stdout);
+  std::fflush(stdout);
+  // One device, whole batch, fp32: the baseline every speed-up is measured against.
+  bench::BenchSetup one = setup;
+  one.devices = {setup.devices[0]};
+  presentation::BenchResult base = run_row(base_label, "fp32", [&] {
+    presentation::BenchResult r = bench::bench_mode(one, bench::bench_modes_parse("dp")[0]);
+    r.mode = base_label;
+    return r;
+  });
+  std::fputs(bench::bench_table_row(table, base, base.tokens_per_s).c_str(), stdout);
+  std::vector<presentation::BenchResult> results;
+  const std::string fanout = self_binary();
+  for (const std::string& precision : precisions) {
+    bench::BenchSetup ps = setup;
+    ps.working = precision == "bf16" ? DType::bf16 : DType::f32;
+    for (size_t i = 0; i < modes.size(); ++i) {
+      const parallel::Mode& m = modes[i];
+      bool last = precision == precisions.back() && i + 1 == modes.size();
+      if (!a.trace.empty() && last) Trace::global().set_enabled(true);
+      const std::string label = m.processes ? bench::bench_ddp_label(setup.devices) : m.name;
+      results.push_back(run_row(label, precision, [&] {
+        if (m.processes)
+          return bench::bench_ddp_run(fanout, setup.devices, worker_flags(a, precision));
+        if (m.loss_on == parallel::LossOn::output) {  // the batch's logits on one device
+          train::memory_check_fits(setup.config, setup.devices,
+                                   {a.batch_size, share, a.seq_len, true, true});
+        }
+        return bench::bench_mode(ps, m);
+      }));
+      std::fputs(bench::bench_table_row(table, results.back(), base.tokens_per_s).c_str(), stdout);
+      std::fflush(stdout);
+    }
+  }
+  std::vector<bench::PeerRow> peers;
+  if (a.peers) peers = run_peers(a, setup.devices);
+  for (const auto& p : peers)
+    std::fputs(bench::bench_table_peer(table, p, base.tokens_per_s).c_str(), stdout);
+  // What ran, for the summaries, the memory table and the picture.
+  std::vector<presentation::BenchResult> ran;
+  for (const auto& r : results)
+    if (r.failed.empty()) ran.push_back(r);
+  std::vector<presentation::BenchResult> ranked = {base};
+  ranked.insert(ranked.end(), results.begin(), results.end());
+  std::fputs(bench::bench_phase_table(table, ranked).c_str(), stdout);
+  if (width > 0) std::printf("\n");
+  std::fputs(bench::bench_ranking_line(ranked, width).c_str(), stdout);
+  say_best(precisions, ran, peers, say);
+  const nlohmann::json mfu =
+      a.mfu ? bench::bench_mfu_report(setup, ran, precisions, width) : nlohmann::json::array();
+  const nlohmann::json kernels =
+      a.kernels ? bench::bench_kernels_report(setup, precisions, width) : nlohmann::json::array();
+  std::vector<presentation::BenchResult> memory_rows;
+  if (base.failed.empty()) memory_rows.push_back(base);
+  memory_rows.insert(memory_rows.end(), ran.begin(), ran.end());
+  std::printf("\n");
+  say("peak bytes per device in the timed steps, by kind (each kind's own peak; total: all kinds "
+      "at once)");
+  std::fputs(bench::bench_memory_table(memory_rows, width).c_str(), stdout);
+  if (!a.trace.empty()) {
+    Trace::global().set_enabled(false);
+    Trace::global().write(a.trace);
+    say("trace of " + modes.back().name + " written to " + a.trace + " (open in ui.perfetto.dev)");
+  }
+  // Speed-ups over the baseline; none where it failed.
+  const double base_tps = base.failed.empty() ? base.tokens_per_s : 0;
+  if (!a.svg.empty()) write_svg(a, setup, memory_rows, peers, base_tps, say);
+  if (!a.json.empty()) write_json(a, setup, base, results, ran, peers, base_tps, mfu, kernels, say);
+  return exit_code_of(base, results);
 }
 
 int run_bench_ops(const BenchArgs& a) {
@@ -440,8 +470,7 @@ int run_bench_ops(const BenchArgs& a) {
     return std::string(buf);
   };
   for (DType dt : dtypes) {
-    for (const auto& r :
-         presentation::bench_ops(config, device, a.batch_size, a.seq_len, a.repeats, dt)) {
+    for (const auto& r : bench::bench_ops(config, device, a.batch_size, a.seq_len, a.repeats, dt)) {
       table.rows.push_back({{r.op, r.shape, fixed(r.gflop, "%.3f"), fixed(r.seconds * 1e3, "%.2f"),
                              fixed(r.gflops(), "%.2f")},
                             ""});
@@ -493,7 +522,7 @@ Command add_bench_command(CLI::App& app) {
   common(cmd);
   cmd->add_option("--devices", a->devices, "Devices")->capture_default_str();
   cmd->add_option("--modes", a->modes,
-                  "Comma-separated: " + presentation::bench_mode_names() +
+                  "Comma-separated: " + parallel::mode_names() +
                       " (each what fanout train runs with those flags: dp = --strategy dp, "
                       "dp-output = --strategy dp --loss-on output, dp-overlap = --strategy dp "
                       "--overlap, ddp = --strategy ddp under fanout launch), or all; dp-replicas "

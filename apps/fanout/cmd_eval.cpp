@@ -22,6 +22,7 @@
 #include "apps/train/checkpoint.h"
 #include "apps/train/device_memory.h"
 #include "apps/train/train_options.h"
+#include "apps/train/training.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/file_io.h"
@@ -111,16 +112,17 @@ int run_eval(const EvalArgs& a) {
   data::token_data_check_vocab(data, config.vocab_size);
   data::DataLoader loader(data, a.batch_size, a.seq_len, true, false, 0, models::kIgnoreIndex);
 
-  parallel::DataParallelOptions options;
-  options.device_ids = devices;
+  train::TrainingOptions options;
+  options.config = config;
+  options.devices = devices;
   options.loss_on = parallel::LossOn::replicas;
-  auto factory = [&](Device d, int i) {
-    auto m = std::make_unique<models::LlamaModel>(
-        config, d, parallel::replica_lane(devices, i, "compute"), working);
-    if (i == 0) models::llama_load_weights(*m, a.checkpoint);  // broadcast to the others
-    return m;
+  options.working = working;
+  train::InitialWeights weights;  // onto the primary, broadcast to the others
+  weights.load = [&](models::LlamaModel& primary) {
+    models::llama_load_weights(primary, a.checkpoint);
   };
-  parallel::DataParallel dp(factory, options);
+  train::Training training(options, weights);
+  parallel::DataParallel& dp = training.engine();
   int64_t batches = loader.batches_per_epoch();
   if (a.max_batches > 0) batches = std::min(batches, a.max_batches);
   double loss_sum = 0;

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -28,8 +29,9 @@
 
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
-#include "apps/train/launcher_env.h"
 #include "engine/core/check.h"
+#include "engine/distributed/launcher_env.h"
+#include "engine/parallel/strategy.h"
 
 namespace fanout::app {
 
@@ -122,7 +124,9 @@ std::string train_strategy_problem(const std::vector<std::string>& command, int 
     return "launch runs multi-process training: 'train --strategy' has no value; add --strategy "
            "ddp (or zero1, zero2, zero3)";
   const std::string& g = given[0];
-  if (g != "ddp" && g != "zero1" && g != "zero2" && g != "zero3")
+  // ddp, or a zero stage sharded over the processes: dp alone trains in one process.
+  const std::optional<parallel::StrategyFlag> flag = parallel::strategy_flag_find(g);
+  if (!flag || (!flag->processes && flag->strategy == parallel::Strategy::dp))
     return "launch runs multi-process training: 'train --strategy " + g + "' would start " + runs +
            "; use --strategy ddp, zero1, zero2 or zero3";
   return "";
@@ -141,26 +145,6 @@ std::string train_restart_problem(const std::vector<std::string>& command) {
   return "--max-restarts restarts every rank with the same command: add --resume auto (and "
          "--save-every N) to the train command so that a restart continues from the newest "
          "checkpoint in --out";
-}
-
-// 32 hex characters from /dev/urandom: the secret of one single-node attempt.
-std::string random_secret() {
-  unsigned char bytes[16];
-  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  FANOUT_CHECK(fd >= 0, "cannot open /dev/urandom for the job secret: ", std::strerror(errno));
-  size_t got = 0;
-  while (got < sizeof bytes) {
-    ssize_t n = ::read(fd, bytes + got, sizeof bytes - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  FANOUT_CHECK(got == sizeof bytes, "cannot read /dev/urandom for the job secret");
-  static const char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char b : bytes) hex += {kHex[b >> 4], kHex[b & 15]};
-  return hex;
 }
 
 // What the ranks of one attempt share.
@@ -303,9 +287,10 @@ int run_launch(LaunchArgs a) {
   FANOUT_CHECK(a.nnodes >= 1, "--nnodes must be at least 1");
   FANOUT_CHECK(a.node_rank >= 0 && a.node_rank < a.nnodes, "--node-rank must be in [0, --nnodes)");
   const int64_t world = int64_t{a.nproc} * a.nnodes;
-  FANOUT_CHECK(world <= train::kMaxWorldSize, "--nproc-per-node ", a.nproc, " x --nnodes ",
+  FANOUT_CHECK(world <= distributed::kMaxWorldSize, "--nproc-per-node ", a.nproc, " x --nnodes ",
                a.nnodes, " = ", world, " ranks is more than one fanout job holds (at most ",
-               train::kMaxWorldSize, ": rank 0's rendezvous keeps a connection to every rank)");
+               distributed::kMaxWorldSize,
+               ": rank 0's rendezvous keeps a connection to every rank)");
   FANOUT_CHECK(!a.command.empty(),
                "give the command to run after --, e.g. "
                "fanout launch --nproc-per-node 2 -- train --strategy ddp");
@@ -352,7 +337,7 @@ int run_launch(LaunchArgs a) {
     AttemptEnv env;
     env.restart = restart;
     env.port = auto_port ? free_port() : a.port;  // a fresh port for every attempt
-    env.secret = has_secret ? std::string(given_secret) : random_secret();
+    env.secret = has_secret ? std::string(given_secret) : distributed::random_secret();
     std::string words;
     if (restart < a.max_restarts)
       words = "restarting every rank (restart " + std::to_string(restart + 1) + " of " +

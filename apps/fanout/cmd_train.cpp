@@ -19,12 +19,17 @@
 
 namespace fanout::app {
 
-Command add_train_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "Train a Llama model with data parallelism");
-  auto o = std::make_shared<train::TrainOptions>();
-  auto opts = std::make_shared<std::vector<std::pair<std::string, CLI::Option*>>>();
+namespace {
+
+using TrainOptionList = std::vector<std::pair<std::string, CLI::Option*>>;
+
+// Adds train's flags, remembering each by name: the names given on the command
+// line win over a resumed run's saved settings.
+struct TrainFlags {
+  CLI::App* cmd;
+  std::shared_ptr<TrainOptionList> opts;
   // Text: given means non-empty ('--data ""' must not quietly mean "the default").
-  auto add = [&](const std::string& name, std::string& member, const std::string& help) {
+  void text(const std::string& name, std::string& member, const std::string& help) {
     CLI::Option* opt = cmd->add_option("--" + name, member, help)->capture_default_str();
     opt->check(CLI::Validator(
         [](std::string& text) {
@@ -32,105 +37,136 @@ Command add_train_command(CLI::App& app) {
         },
         "TEXT"));
     opts->emplace_back(name, opt);
-  };
+  }
   // Numbers: range-checked text (cli_flags.h); train_prepare checks how they combine.
-  auto num = [&](const std::string& name, auto& member, auto lo, auto hi, const std::string& help) {
-    using T = std::remove_reference_t<decltype(member)>;
+  template <typename T, typename L, typename H>
+  void number(const std::string& name, T& member, L lo, H hi, const std::string& help) {
     opts->emplace_back(name, add_number<T>(cmd, "--" + name, member, help, lo, hi));
-  };
-  constexpr int64_t kMaxCount = train::kMaxCount;
-  auto flag = [&](const std::string& name, bool& member, const std::string& help) {
+  }
+  void flag(const std::string& name, bool& member, const std::string& help) {
     opts->emplace_back(name, cmd->add_flag("--" + name, member, help));
-  };
+  }
+};
+
+constexpr int64_t kMaxCount = train::kMaxCount;
+
+// The model and the data.
+void add_model_data_flags(TrainFlags& f, train::TrainOptions& o) {
   // model
-  add("preset", o->preset, "Model preset: tiny, small or seed");
-  add("config", o->config, "An HF Llama config.json instead of a preset");
-  add("init", o->init, "Start from the weights of this checkpoint directory");
+  f.text("preset", o.preset, "Model preset: tiny, small or seed");
+  f.text("config", o.config, "An HF Llama config.json instead of a preset");
+  f.text("init", o.init, "Start from the weights of this checkpoint directory");
   // data
-  add("data", o->data,
-      "llm.c .bin token file, JSON Lines (.jsonl, each line's \"text\" a document) or UTF-8 "
-      "text (default: the embedded corpus)");
-  add("val-data", o->val_data,
-      "Held-out data for --eval-every (default: --data's last --val-split of tokens)");
-  num("val-split", o->val_split, 0.0, 0.5,
-      "Share of --data held out when no --val-data is given, at most " +
-          std::to_string(data::kHeldOutMaxTokens) + " tokens (0: none)");
-  add("tokenizer", o->tokenizer,
-      "A tokenizer.json (HF's format), or byte, for text data and samples (default: the one "
-      "fanout prepare left beside --data's token file, else bytes; a resumed run uses its "
-      "checkpoint's)");
-  add("packing", o->packing, "on: llm.c windows; off: one document per row, padded");
-  opts->emplace_back("shuffle", cmd->add_flag("--shuffle,!--no-shuffle", o->shuffle,
-                                              "Visit the windows of each epoch in random order"));
+  f.text("data", o.data,
+         "llm.c .bin token file, JSON Lines (.jsonl, each line's \"text\" a document) or UTF-8 "
+         "text (default: the embedded corpus)");
+  f.text("val-data", o.val_data,
+         "Held-out data for --eval-every (default: --data's last --val-split of tokens)");
+  f.number("val-split", o.val_split, 0.0, 0.5,
+           "Share of --data held out when no --val-data is given, at most " +
+               std::to_string(data::kHeldOutMaxTokens) + " tokens (0: none)");
+  f.text("tokenizer", o.tokenizer,
+         "A tokenizer.json (HF's format), or byte, for text data and samples (default: the one "
+         "fanout prepare left beside --data's token file, else bytes; a resumed run uses its "
+         "checkpoint's)");
+  f.text("packing", o.packing, "on: llm.c windows; off: one document per row, padded");
+  f.opts->emplace_back("shuffle",
+                       f.cmd->add_flag("--shuffle,!--no-shuffle", o.shuffle,
+                                       "Visit the windows of each epoch in random order"));
+}
+
+// Devices and how they share a step.
+void add_device_flags(TrainFlags& f, train::TrainOptions& o) {
   // devices
-  add("devices", o->devices, "Devices (default: every GPU, else one CPU device per core)");
-  add("output-device", o->output_device, "Where logits are gathered (default: the first device)");
+  f.text("devices", o.devices, "Devices (default: every GPU, else one CPU device per core)");
+  f.text("output-device", o.output_device, "Where logits are gathered (default: the first device)");
   // A size, not text: its own check refuses "" too.
   CLI::Option* device_memory =
-      cmd->add_option("--device-memory", o->device_memory, train::kDeviceMemoryHelp);
+      f.cmd->add_option("--device-memory", o.device_memory, train::kDeviceMemoryHelp);
   device_memory->type_name("SIZE")->check(CLI::Validator(
       [](std::string& text) { return train::byte_size_problem(text, "--device-memory"); }, ""));
-  opts->emplace_back("device-memory", device_memory);
-  add("strategy", o->strategy,
-      "dp, zero1, zero2, zero3 (sharded; across processes under fanout launch) or ddp");
-  add("loss-on", o->loss_on, "output (faithful nn.DataParallel) or replicas");
+  f.opts->emplace_back("device-memory", device_memory);
+  f.text("strategy", o.strategy,
+         "dp, zero1, zero2, zero3 (sharded; across processes under fanout launch) or ddp");
+  f.text("loss-on", o.loss_on, "output (faithful nn.DataParallel) or replicas");
   // --no-overlap turns it off; ddp overlaps unless told (as PyTorch DDP always does).
-  opts->emplace_back("overlap",
-                     cmd->add_flag("--overlap,!--no-overlap", o->overlap,
-                                   "Reduce gradient buckets while backward runs (the default "
-                                   "under --strategy ddp; --no-overlap turns it off)"));
-  num("bucket-mb", o->bucket_mb, 0.0, train::kMaxBucketMb,
-      "Gradient bucket size for --overlap (fractions allowed)");
+  f.opts->emplace_back("overlap",
+                       f.cmd->add_flag("--overlap,!--no-overlap", o.overlap,
+                                       "Reduce gradient buckets while backward runs (the default "
+                                       "under --strategy ddp; --no-overlap turns it off)"));
+  f.number("bucket-mb", o.bucket_mb, 0.0, train::kMaxBucketMb,
+           "Gradient bucket size for --overlap (fractions allowed)");
+}
+
+// The batch and the optimisation.
+void add_optimisation_flags(TrainFlags& f, train::TrainOptions& o) {
   // batch
-  num("batch-size", o->batch_size, int64_t{1}, kMaxCount, "Global rows per step");
-  add("micro-batch-sizes", o->micro_batch_sizes, "Rows per device in each micro-batch, e.g. 2,6");
-  num("seq-len", o->seq_len, int64_t{0}, kMaxCount, "Tokens per row (0: the preset's)");
-  num("grad-accum", o->grad_accum, int64_t{1}, kMaxCount, "Micro-batches per step");
+  f.number("batch-size", o.batch_size, int64_t{1}, kMaxCount, "Global rows per step");
+  f.text("micro-batch-sizes", o.micro_batch_sizes, "Rows per device in each micro-batch, e.g. 2,6");
+  f.number("seq-len", o.seq_len, int64_t{0}, kMaxCount, "Tokens per row (0: the preset's)");
+  f.number("grad-accum", o.grad_accum, int64_t{1}, kMaxCount, "Micro-batches per step");
   // optimisation
-  num("steps", o->steps, int64_t{1}, kMaxCount, "Total optimizer steps of the run");
-  num("lr", o->lr, 0.0, 1e6, "Peak learning rate");
-  num("min-lr", o->min_lr, 0.0, 1e6, "Final learning rate of the cosine schedule");
-  num("warmup", o->warmup, int64_t{0}, kMaxCount, "Linear warmup steps");
-  add("schedule", o->schedule, "cosine or constant");
-  num("weight-decay", o->weight_decay, 0.0, 1e6, "AdamW weight decay (tensors with >= 2 dims)");
-  num("beta1", o->beta1, 0.0, 1.0, "AdamW beta1");
-  num("beta2", o->beta2, 0.0, 1.0, "AdamW beta2");
-  num("eps", o->eps, 0.0, 1.0, "AdamW epsilon");
-  num("clip", o->clip, 0.0, 1e9, "Global gradient-norm clip (0: off)");
-  add("precision", o->precision,
-      "fp32, or bf16 mixed precision (fp32 master weights, optimizer and gradients; bf16 "
-      "GEMMs and activations). Default fp32 on every device");
-  add("attention", o->attention,
-      "The attention kernel on CUDA devices: auto (cuDNN's fused attention in bf16 where it "
-      "loads, else the exact kernel), exact, or cudnn (bf16 only)");
-  add("grad-comm", o->grad_comm,
-      "fp32 or bf16: the dtype gradients are summed across devices in (bf16 halves the bytes)");
-  num("seed", o->seed, uint64_t{0}, std::numeric_limits<uint64_t>::max(),
-      "Initialisation and shuffling seed");
+  f.number("steps", o.steps, int64_t{1}, kMaxCount, "Total optimizer steps of the run");
+  f.number("lr", o.lr, 0.0, 1e6, "Peak learning rate");
+  f.number("min-lr", o.min_lr, 0.0, 1e6, "Final learning rate of the cosine schedule");
+  f.number("warmup", o.warmup, int64_t{0}, kMaxCount, "Linear warmup steps");
+  f.text("schedule", o.schedule, "cosine or constant");
+  f.number("weight-decay", o.weight_decay, 0.0, 1e6, "AdamW weight decay (tensors with >= 2 dims)");
+  f.number("beta1", o.beta1, 0.0, 1.0, "AdamW beta1");
+  f.number("beta2", o.beta2, 0.0, 1.0, "AdamW beta2");
+  f.number("eps", o.eps, 0.0, 1.0, "AdamW epsilon");
+  f.number("clip", o.clip, 0.0, 1e9, "Global gradient-norm clip (0: off)");
+  f.text("precision", o.precision,
+         "fp32, or bf16 mixed precision (fp32 master weights, optimizer and gradients; bf16 "
+         "GEMMs and activations). Default fp32 on every device");
+  f.text("attention", o.attention,
+         "The attention kernel on CUDA devices: auto (cuDNN's fused attention in bf16 where it "
+         "loads, else the exact kernel), exact, or cudnn (bf16 only)");
+  f.text("grad-comm", o.grad_comm,
+         "fp32 or bf16: the dtype gradients are summed across devices in (bf16 halves the bytes)");
+  f.number("seed", o.seed, uint64_t{0}, std::numeric_limits<uint64_t>::max(),
+           "Initialisation and shuffling seed");
+}
+
+// The run: its directory, checkpoints, evaluations and outputs.
+void add_run_flags(TrainFlags& f, train::TrainOptions& o) {
   // run
-  add("out", o->out, "Run directory (default: runs/<timestamp>)");
-  num("save-every", o->save_every, int64_t{0}, kMaxCount,
-      "Checkpoint every N steps (0: only the final one)");
-  num("eval-every", o->eval_every, int64_t{0}, kMaxCount,
-      "Held-out loss every N steps (0: only at the end)");
+  f.text("out", o.out, "Run directory (default: runs/<timestamp>)");
+  f.number("save-every", o.save_every, int64_t{0}, kMaxCount,
+           "Checkpoint every N steps (0: only the final one)");
+  f.number("eval-every", o.eval_every, int64_t{0}, kMaxCount,
+           "Held-out loss every N steps (0: only at the end)");
   // --eval-batches: the older name of --val-batches (Note [Validation settings]).
-  opts->emplace_back("val-batches",
-                     add_number<int64_t>(cmd, "--val-batches,--eval-batches", o->val_batches,
-                                         "Held-out batches per evaluation (0: the whole "
-                                         "held-out set; --eval-batches is the older name)",
-                                         0, kMaxCount));
-  num("keep-last", o->keep_last, int64_t{0}, kMaxCount,
-      "Keep only the newest N step checkpoints (0: keep all; final/ and best/ always stay)");
-  flag("save-best", o->save_best,
-       "Keep the checkpoint with the best held-out loss as best/ (needs --eval-every)");
-  num("early-stop", o->early_stop, int64_t{0}, kMaxCount,
-      "Stop after N evaluations without a better held-out loss (0: never)");
-  add("resume", o->resume,
-      "Continue from a checkpoint directory; 'last': the newest in --out; 'auto': the newest "
-      "in --out if there is one, else start fresh (for fanout launch --max-restarts)");
-  add("trace", o->trace, "Write a Chrome/Perfetto trace of the run");
-  flag("json", o->json, "Print a JSON summary as the last line");
-  num("timeout", o->timeout, 0.0, 1e6, "ddp: seconds before a silent rank is declared dead");
+  f.opts->emplace_back("val-batches",
+                       add_number<int64_t>(f.cmd, "--val-batches,--eval-batches", o.val_batches,
+                                           "Held-out batches per evaluation (0: the whole "
+                                           "held-out set; --eval-batches is the older name)",
+                                           0, kMaxCount));
+  f.number("keep-last", o.keep_last, int64_t{0}, kMaxCount,
+           "Keep only the newest N step checkpoints (0: keep all; final/ and best/ always stay)");
+  f.flag("save-best", o.save_best,
+         "Keep the checkpoint with the best held-out loss as best/ (needs --eval-every)");
+  f.number("early-stop", o.early_stop, int64_t{0}, kMaxCount,
+           "Stop after N evaluations without a better held-out loss (0: never)");
+  f.text("resume", o.resume,
+         "Continue from a checkpoint directory; 'last': the newest in --out; 'auto': the newest "
+         "in --out if there is one, else start fresh (for fanout launch --max-restarts)");
+  f.text("trace", o.trace, "Write a Chrome/Perfetto trace of the run");
+  f.flag("json", o.json, "Print a JSON summary as the last line");
+  f.number("timeout", o.timeout, 0.0, 1e6, "ddp: seconds before a silent rank is declared dead");
+}
+
+}  // namespace
+
+Command add_train_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train a Llama model with data parallelism");
+  auto o = std::make_shared<train::TrainOptions>();
+  auto opts = std::make_shared<TrainOptionList>();
+  TrainFlags flags{cmd, opts};
+  add_model_data_flags(flags, *o);
+  add_device_flags(flags, *o);
+  add_optimisation_flags(flags, *o);
+  add_run_flags(flags, *o);
   return [cmd, o, opts]() -> int {
     if (!cmd->parsed()) return -1;
     std::set<std::string> given;

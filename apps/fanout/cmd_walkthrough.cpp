@@ -16,8 +16,8 @@
 #include "apps/data/terminal_text.h"
 #include "apps/fanout/cli_flags.h"
 #include "apps/fanout/commands.h"
-#include "apps/presentation/walkthrough.h"
 #include "apps/train/train_options.h"
+#include "apps/walkthrough/walkthrough.h"
 #include "engine/core/check.h"
 #include "engine/core/cuda_runtime.h"
 #include "engine/core/file_io.h"
@@ -46,7 +46,7 @@ std::string default_devices() {
 }
 
 int run_walkthrough(const WalkthroughArgs& a, bool devices_given) {
-  presentation::WalkthroughOptions o;
+  walkthrough::WalkthroughOptions o;
   o.devices = devices_parse(devices_given ? a.devices : default_devices());
   devices_check_available(o.devices);
   o.batch_size = a.batch_size, o.seq_len = a.seq_len, o.steps = a.steps;
@@ -59,7 +59,7 @@ int run_walkthrough(const WalkthroughArgs& a, bool devices_given) {
   o.trace_path = a.trace;
   o.color = !a.no_color && isatty(fileno(stdout)) && std::getenv("NO_COLOR") == nullptr;
   o.width = a.wide ? 0 : data::terminal_columns();
-  presentation::walkthrough_run(o, std::cout);
+  walkthrough::walkthrough_run(o, std::cout);
   std::cout.flush();
   return 0;
 }

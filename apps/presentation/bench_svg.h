@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/presentation/bench.h"
+#include "apps/presentation/bench_result.h"
 
 namespace fanout::presentation {
 

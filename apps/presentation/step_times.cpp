@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "apps/presentation/walkthrough_prose.h"
+#include "apps/presentation/text_format.h"
 
 namespace fanout::presentation {
 
@@ -24,8 +24,8 @@ StepTimes step_times_summarize(std::vector<double> samples) {
 }
 
 std::string step_times_str(const StepTimes& t) {
-  return walk::strf("%.2f ms (IQR %.2f-%.2f, min-max %.2f-%.2f ms, %d step%s)", t.median, t.q1,
-                    t.q3, t.min, t.max, t.samples, t.samples == 1 ? "" : "s");
+  return strf("%.2f ms (IQR %.2f-%.2f, min-max %.2f-%.2f ms, %d step%s)", t.median, t.q1, t.q3,
+              t.min, t.max, t.samples, t.samples == 1 ? "" : "s");
 }
 
 double step_times_spread(const StepTimes& t) {
@@ -34,7 +34,7 @@ double step_times_spread(const StepTimes& t) {
 
 std::string step_times_spread_str(const StepTimes& t) {
   const double percent = 100 * step_times_spread(t);
-  return walk::strf(percent < 10 ? "±%.1f%%" : "±%.0f%%", percent);
+  return strf(percent < 10 ? "±%.1f%%" : "±%.0f%%", percent);
 }
 
 bool step_times_overlap(const StepTimes& a, const StepTimes& b) {

@@ -9,9 +9,10 @@
 #include "engine/core/check.h"
 #include "engine/core/number_text.h"
 #include "engine/core/open_files.h"
-#include "engine/parallel/rendezvous_server.h"
-#include "engine/parallel/rendezvous_wire.h"
-#include "engine/parallel/torch_store.h"
+#include "engine/distributed/rendezvous_server.h"
+#include "engine/distributed/rendezvous_wire.h"
+#include "engine/distributed/torch_store.h"
+#include "engine/parallel/scatter.h"
 
 namespace fanout::train {
 
@@ -25,64 +26,52 @@ namespace fanout::train {
 // (TORCHELASTIC_USE_AGENT_STORE=False) MASTER_PORT is free and the usual path runs.
 
 namespace {
-// 16 random bytes as hex: the secret of a static torchrun rendezvous.
-std::string random_secret() {
-  std::random_device rd;
-  std::string out;
-  const char* hex = "0123456789abcdef";
-  for (int i = 0; i < 16; ++i) {
-    unsigned v = rd() & 0xff;
-    out += hex[v >> 4];
-    out += hex[v & 15];
-  }
-  return out;
-}
-
-std::unique_ptr<parallel::Rendezvous> rendezvous_through_torch_store(
-    const DdpEnv& env, parallel::RendezvousOptions o) {
-  parallel::TorchStore store(env.master_addr, env.master_port, o.timeout);
+std::unique_ptr<distributed::Rendezvous> rendezvous_through_torch_store(
+    const DdpEnv& env, distributed::RendezvousOptions o) {
+  distributed::TorchStore store(env.master_addr, env.master_port, o.timeout);
   const std::string at = env.torch_store_key + "/rendezvous",
                     secret = env.torch_store_key + "/secret";
   if (env.rank == 0) {
-    if (o.secret.empty()) o.secret = random_secret();
+    if (o.secret.empty()) o.secret = distributed::random_secret();
     o.port = 0;
-    auto server = parallel::Rendezvous::serve(o);
+    auto server = distributed::Rendezvous::serve(o);
     o.port = server->port();
     store.set(secret, o.secret);  // first: a rank that sees the address finds the secret
     store.set(at, o.addr + ":" + std::to_string(o.port));
-    return std::make_unique<parallel::Rendezvous>(o, std::move(server));
+    return std::make_unique<distributed::Rendezvous>(o, std::move(server));
   }
   std::string where = store.get(at);
   size_t colon = where.rfind(':');
   const std::string port = colon == std::string::npos ? "" : where.substr(colon + 1);
   FANOUT_CHECK(colon != std::string::npos && colon > 0 &&
                    number_problem(port, true, false, 0, 0, 1, 65535, 0).empty(),
-               "torchrun's store holds '", parallel::wire::printable(where), "' under '", at,
+               "torchrun's store holds '", distributed::wire::printable(where), "' under '", at,
                "', not the rendezvous' addr:port");
   o.addr = where.substr(0, colon);
   o.port = static_cast<int>(parse_whole_number(port, 1, 65535, "the rendezvous' port"));
   if (o.secret.empty()) o.secret = store.get(secret);
-  return std::make_unique<parallel::Rendezvous>(o);
+  return std::make_unique<distributed::Rendezvous>(o);
 }
 }  // namespace
 
 std::pair<int64_t, int64_t> DdpEnv::rows_of(int64_t rows) const {
-  // The engine's own split: 10 rows over 4 ranks -> 3, 3, 2, 2.
-  int64_t base = rows / world, extra = rows % world;
-  int64_t count = base + (rank < extra ? 1 : 0);
-  int64_t first = rank * base + std::min<int64_t>(rank, extra);
-  return {first, count};
+  return parallel::even_split_range(rows, world, rank);  // the engine's own split
 }
 
-DdpEnv ddp_env_from(const EnvLookup& get) {
+parallel::HostBatch DdpEnv::batch_rows(const data::Batch& b) const {
+  auto [first, count] = rows_of(b.B);
+  return {count, b.T, b.inputs.data() + first * b.T, b.targets.data() + first * b.T};
+}
+
+DdpEnv ddp_env_from(const distributed::EnvLookup& get) {
   DdpEnv e;
-  static_cast<LauncherEnv&>(e) = launcher_env_read(get);
+  static_cast<distributed::LauncherEnv&>(e) = distributed::launcher_env_read(get);
   e.enabled = true;
   return e;
 }
 
 DdpEnv ddp_env_from_environment() {
-  return ddp_env_from(env_lookup_process);
+  return ddp_env_from(distributed::env_lookup_process);
 }
 
 void ddp_check_distinct_gpus(const std::vector<Device>& devices) {
@@ -120,9 +109,9 @@ Device ddp_device(const DdpEnv& env, const std::vector<Device>& devices) {
 
 DdpGroup ddp_connect(const DdpEnv& env, Device device, double timeout_s, bool announce) {
   FANOUT_CHECK(timeout_s > 0, "--timeout must be positive");
-  FANOUT_CHECK(device.is_cuda() || env.world <= parallel::kMaxGlooWorld, env.world_var, "=",
+  FANOUT_CHECK(device.is_cuda() || env.world <= distributed::kMaxGlooWorld, env.world_var, "=",
                env.world, " is more ranks than --devices cpu joins (at most ",
-               parallel::kMaxGlooWorld,
+               distributed::kMaxGlooWorld,
                ": its Gloo mesh passes every rank's address for each other rank through rank 0's "
                "rendezvous)");
   // Sockets before any opens: one per peer in a Gloo mesh, one per rank at rank 0's
@@ -132,21 +121,21 @@ DdpGroup ddp_connect(const DdpEnv& env, Device device, double timeout_s, bool an
                     detail::str_cat("rank ", env.rank, " of ", env.world, " ranks"));
   const auto start = std::chrono::steady_clock::now();
   if (announce && env.is_main()) {
-    std::printf("%s\n", launcher_line(env).c_str());
+    std::printf("%s\n", distributed::launcher_line(env).c_str());
     std::fflush(stdout);
   }
   DdpGroup g;
-  parallel::RendezvousOptions o;
+  distributed::RendezvousOptions o;
   o.addr = env.master_addr, o.port = env.master_port;
   o.rank = env.rank, o.world = env.world;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   o.secret = env.secret, o.job = env.job;
   g.rendezvous = env.torch_agent_store ? rendezvous_through_torch_store(env, o)
-                                       : std::make_unique<parallel::Rendezvous>(o);
+                                       : std::make_unique<distributed::Rendezvous>(o);
   g.rendezvous->wait_for_all(o.timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
                                              std::chrono::steady_clock::now() - start));
-  g.group = device.is_cuda() ? parallel::make_nccl_group(*g.rendezvous, device, timeout_s)
-                             : parallel::make_gloo_group(*g.rendezvous, timeout_s);
+  g.group = device.is_cuda() ? distributed::make_nccl_group(*g.rendezvous, device, timeout_s)
+                             : distributed::make_gloo_group(*g.rendezvous, timeout_s);
   return g;
 }
 

@@ -1,6 +1,6 @@
 #include "apps/train/optimizer.h"
 
-#include <atomic>
+#include <algorithm>
 #include <cmath>
 
 #include "engine/core/check.h"
@@ -48,47 +48,46 @@ void Optimizer::ensure_state() {
 
 double Optimizer::step(int64_t step, float lr, double clip) {
   ensure_state();
-  std::vector<double> squares(state_.size(), 0.0);
-  dp_.run_on_shards([&](const parallel::DataParallel::Shard& shard, parallel::Replica& rep) {
-    for (size_t i = 0; i < state_.size(); ++i) {
-      ShardState& s = state_[i];
-      if (s.replica != shard.replica || s.begin != shard.begin || s.end <= s.begin) continue;
-      Stream& stream = rep.compute_stream();
-      ops::norm_squared(stream, s.norm, dp_.shard_grads(shard), s.end - s.begin);
-      squares[i] = tensor_to_vector<float>(stream, s.norm)[0];
-    }
-  });
-  double total = 0;
-  for (double sq : squares) total += sq;
-  // Sharded across processes, each rank holds the squares of its own shard.
-  if (dp_.sharded() && dp_.options().process_group)
-    dp_.options().process_group->all_reduce_host(&total, 1);
+  auto state_of = [&](const parallel::DataParallel::Shard& shard) -> ShardState& {
+    auto it = std::find_if(state_.begin(), state_.end(), [&](const ShardState& s) {
+      return s.replica == shard.replica && s.begin == shard.begin;
+    });
+    FANOUT_ASSERT(it != state_.end(), "no optimizer state for the shard at ", shard.begin);
+    return *it;
+  };
+  // The global norm from every shard's sum of squares (the engine adds them up,
+  // across processes too).
+  const double total =
+      dp_.sum_over_shards([&](const parallel::DataParallel::Shard& shard, parallel::Replica& rep) {
+        ShardState& s = state_of(shard);
+        if (s.end <= s.begin) return 0.0;
+        Stream& stream = rep.compute_stream();
+        ops::norm_squared(stream, s.norm, dp_.shard_grads(shard), s.end - s.begin);
+        return static_cast<double>(tensor_to_vector<float>(stream, s.norm)[0]);
+      });
   double norm = std::sqrt(total);
   if (!std::isfinite(norm)) return norm;
   float scale = clip > 0 ? ops::clip_coefficient(norm, clip) : 1.0f;
   // bf16: the update writes the working copy in the same pass (one read of the
-  // master instead of two), unless some shard has none to write (zero3).
-  std::atomic<bool> working_written{true};
-  dp_.run_on_shards([&](const parallel::DataParallel::Shard& shard, parallel::Replica& rep) {
-    for (ShardState& s : state_) {
-      if (s.replica != shard.replica || s.begin != shard.begin) continue;
-      Stream& stream = rep.compute_stream();
-      Tensor params = dp_.shard_params(shard), grads = dp_.shard_grads(shard);
-      Tensor working = dp_.shard_working(shard);
-      if (!working.defined()) working_written = false;
-      for (const DecayRun& run : runs_) {
-        int64_t lo = std::max(run.begin, s.begin), hi = std::min(run.end, s.end);
-        if (lo >= hi) continue;
-        ops::AdamWConfig c = config_;
-        c.lr = lr;
-        if (!run.decay) c.weight_decay = 0.0f;
-        auto part = [&](const Tensor& t) { return t.view(lo - s.begin, {hi - lo}); };
-        ops::adamw_update(stream, part(params), part(grads), part(s.m), part(s.v), hi - lo, c, step,
-                          scale, working.defined() ? part(working) : Tensor());
-      }
+  // master instead of two), unless some shard has none to write (zero3). The
+  // engine then brings the replicas up to date itself.
+  dp_.update_shards([&](const parallel::DataParallel::Shard& shard, parallel::Replica& rep) {
+    ShardState& s = state_of(shard);
+    Stream& stream = rep.compute_stream();
+    Tensor params = dp_.shard_params(shard), grads = dp_.shard_grads(shard);
+    Tensor working = dp_.shard_working(shard);
+    for (const DecayRun& run : runs_) {
+      int64_t lo = std::max(run.begin, s.begin), hi = std::min(run.end, s.end);
+      if (lo >= hi) continue;
+      ops::AdamWConfig c = config_;
+      c.lr = lr;
+      if (!run.decay) c.weight_decay = 0.0f;
+      auto part = [&](const Tensor& t) { return t.view(lo - s.begin, {hi - lo}); };
+      ops::adamw_update(stream, part(params), part(grads), part(s.m), part(s.v), hi - lo, c, step,
+                        scale, working.defined() ? part(working) : Tensor());
     }
+    return working.defined();
   });
-  dp_.finish_step(working_written);
   return norm;
 }
 

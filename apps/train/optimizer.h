@@ -3,7 +3,7 @@
 // device that owns each shard (dp: the primary holds all of it; zero1: each
 // device 1/N). A step: the global gradient norm from per-shard partial sums of
 // squares, torch's clip_grad_norm_ factor, AdamW on every shard with weight decay
-// only on tensors of >= 2 dims, then the engine's finish_step (all-gather/stale).
+// only on tensors of >= 2 dims; the engine then brings the replicas up to date.
 
 #include <cstdint>
 #include <vector>

@@ -6,6 +6,7 @@
 
 #include "apps/train/device_memory.h"
 #include "engine/core/check.h"
+#include "engine/parallel/strategy.h"
 #include "ops/attention.h"
 
 namespace fanout::train {
@@ -154,11 +155,8 @@ void train_options_validate(const TrainOptions& o) {
   if (!o.device_memory.empty()) parse_byte_size(o.device_memory, "--device-memory");
   FANOUT_CHECK(o.packing == "on" || o.packing == "off", "--packing must be on or off, got '",
                o.packing, "'");
-  FANOUT_CHECK(o.strategy == "dp" || o.strategy == "zero1" || o.strategy == "zero2" ||
-                   o.strategy == "zero3" || o.strategy == "ddp",
-               "--strategy must be dp, zero1, zero2, zero3 or ddp, got '", o.strategy, "'");
-  FANOUT_CHECK(o.loss_on == "output" || o.loss_on == "replicas",
-               "--loss-on must be output or replicas, got '", o.loss_on, "'");
+  parallel::strategy_flag_parse(o.strategy);
+  parallel::loss_on_parse(o.loss_on);
   FANOUT_CHECK(o.precision == "fp32" || o.precision == "bf16",
                "--precision must be fp32 or bf16, got '", o.precision, "'");
   FANOUT_CHECK(o.grad_comm == "fp32" || o.grad_comm == "bf16",

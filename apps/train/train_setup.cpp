@@ -12,7 +12,6 @@
 #include "apps/data/tokenizer.h"
 #include "apps/train/checkpoint_rotation.h"
 #include "apps/train/device_memory.h"
-#include "apps/train/launcher_env.h"
 #include "apps/train/memory_check.h"
 #include "apps/train/run_dir.h"
 #include "apps/train/schedule.h"
@@ -22,6 +21,7 @@
 #include "engine/core/cuda_runtime.h"
 #include "engine/core/file_io.h"
 #include "engine/core/number_text.h"
+#include "engine/distributed/launcher_env.h"
 #include "models/llama_checkpoint.h"
 #include "models/llama_model.h"
 #include "models/safetensors_index.h"
@@ -286,8 +286,11 @@ void check_tokenizer_fits(const TrainOptions& o, const Setup& s) {
 
 }  // namespace
 
-Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
-  Setup s;
+namespace {
+
+// --resume DIR, last or auto: the checkpoint, its settings merged under the
+// flags given again, and what a resumed run keeps from its start.
+void prepare_resume(TrainOptions& o, Setup& s, const std::set<std::string>& given) {
   std::string dir = o.resume;
   std::string passed_over;  // a newer entry of --out that is no complete checkpoint
   if (dir == "auto") {
@@ -336,13 +339,16 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     // A ddp run's checkpoint resumes in one process too (the files are the same):
     // ddp is kept only where the launcher's environment is present (a zero run
     // stays sharded, over the devices of one process).
-    if (o.strategy == "ddp" && !given.count("strategy") &&
-        !launcher_env_found(env_lookup_process)) {
+    if (parallel::strategy_flag_parse(o.strategy).processes && !given.count("strategy") &&
+        !distributed::launcher_env_found(distributed::env_lookup_process)) {
       o.strategy = "dp";
     }
     if (o.out.empty()) o.out = fs::path(dir).lexically_normal().parent_path().string();
   }
-  // --- the model
+}
+
+// The model: the checkpoint's, --init's, --config's or the preset's, and --seq-len.
+void prepare_model(TrainOptions& o, Setup& s, const std::set<std::string>& given) {
   if (s.resume) {
     s.config = s.resume->config;
   } else if (!o.init.empty()) {
@@ -365,7 +371,11 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   FANOUT_CHECK(o.seq_len <= s.config.max_position_embeddings, "--seq-len ", o.seq_len,
                " exceeds the model's max_position_embeddings (", s.config.max_position_embeddings,
                ")");
-  // --- the optimisation
+}
+
+// Batch geometry, the schedule, the strategy and (ddp, zero across processes)
+// the launcher's environment.
+void prepare_optimisation(TrainOptions& o, Setup& s, const std::set<std::string>& given) {
   FANOUT_CHECK(o.batch_size % o.grad_accum == 0, "--batch-size ", o.batch_size,
                " is not a multiple of --grad-accum ", o.grad_accum);
   s.micro_rows = o.batch_size / o.grad_accum;
@@ -395,21 +405,28 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   }
   // ddp overlaps its bucketed all-reduce with backward unless --no-overlap says
   // otherwise, as PyTorch DDP and the bench's ddp row do.
-  if (o.strategy == "ddp" && !given.count("overlap") && !s.resume) o.overlap = true;
-  const bool zero = o.strategy.rfind("zero", 0) == 0;
-  if (o.strategy == "ddp" || (zero && launcher_env_found(env_lookup_process))) {
+  s.strategy = parallel::strategy_flag_parse(o.strategy);
+  s.loss_on = parallel::loss_on_parse(o.loss_on);
+  if (s.strategy.processes && !given.count("overlap") && !s.resume) o.overlap = true;
+  const bool zero = s.strategy.strategy != parallel::Strategy::dp;
+  if (s.strategy.processes ||
+      (zero && distributed::launcher_env_found(distributed::env_lookup_process))) {
     // ddp, or zero1/zero2/zero3 sharded over the processes of a launcher.
     s.ddp = ddp_env_from_environment();
   } else if (const char* world = std::getenv("WORLD_SIZE"); world && *world) {
     // Under a launcher every rank would train alone on the same --out.
     const int64_t n =
-        parse_whole_number(world, 1, kMaxWorldSize, "environment variable WORLD_SIZE");
+        parse_whole_number(world, 1, distributed::kMaxWorldSize, "environment variable WORLD_SIZE");
     FANOUT_CHECK(n == 1, "WORLD_SIZE=", world,
                  " says this is one of several processes, but --strategy ", o.strategy,
                  " trains in one process: use --strategy ddp, zero1, zero2 or zero3 under a "
                  "launcher");
   }
-  // --- devices
+}
+
+// The devices (ddp: this rank's), the output device, their caps and the rows
+// each replica takes.
+void prepare_devices(TrainOptions& o, Setup& s) {
   if (s.ddp.enabled) {
     std::vector<Device> listed =
         o.devices.empty() ? std::vector<Device>{cuda_device_count() > 0 ? device_parse("cuda")
@@ -444,7 +461,8 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
         o.device_memory.empty() ? 0 : parse_byte_size(o.device_memory, "--device-memory"), capped);
   }
   // zero3's ranks gather every unit's weights together: each must run the model.
-  FANOUT_CHECK(!(o.strategy == "zero3" && s.ddp.enabled && s.micro_rows < s.ddp.world),
+  FANOUT_CHECK(!(s.strategy.strategy == parallel::Strategy::zero3 && s.ddp.enabled &&
+                 s.micro_rows < s.ddp.world),
                "--strategy zero3 across ", s.ddp.world, " processes needs at least ", s.ddp.world,
                " rows per micro-batch (one per rank), got ", s.micro_rows,
                " (--batch-size / --grad-accum)");
@@ -460,16 +478,20 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     FANOUT_CHECK(sum == s.micro_rows, "--micro-batch-sizes add up to ", sum,
                  " rows but each micro-batch has ", s.micro_rows, " (--batch-size / --grad-accum)");
   }
-  // --- data
+}
+
+// What the model and a step take on each device, the tokenizer, and the data
+// (with the resumed position, which must fit this run's batches).
+void prepare_data(TrainOptions& o, Setup& s) {
   models::llama_config_check_memory(s.config, "the model", true);
   {
     const int64_t n = static_cast<int64_t>(s.devices.size());
     int64_t share = memory_largest_share(s.micro_rows, n);
     if (!s.chunk_sizes.empty())
       share = *std::max_element(s.chunk_sizes.begin(), s.chunk_sizes.end());
-    MemoryAsk ask{s.micro_rows, share, o.seq_len, o.loss_on == "output", true};
-    ask.sharded_grads = o.strategy == "zero2" || o.strategy == "zero3";
-    ask.sharded_weights = o.strategy == "zero3";
+    MemoryAsk ask{s.micro_rows, share, o.seq_len, s.loss_on == parallel::LossOn::output, true};
+    ask.sharded_grads = parallel::strategy_shards_grads(s.strategy.strategy);
+    ask.sharded_weights = s.strategy.strategy == parallel::Strategy::zero3;
     ask.shards = s.ddp.enabled ? s.ddp.world : n;
     memory_check_fits(s.config, s.devices, ask);
   }
@@ -494,7 +516,10 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     data::DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on", false, 0,
                      models::kIgnoreIndex);
   }
-  // --- the run directory
+}
+
+// The run directory (rank 0 alone writes it) and the trace file.
+void prepare_run_dir(TrainOptions& o, Setup& s) {
   if (o.out.empty()) o.out = timestamp_dir();
   if (s.ddp.is_main()) check_out_dir(o.out);
   if (!o.trace.empty() && s.ddp.is_main()) check_trace(o);  // only rank 0 writes it
@@ -505,6 +530,18 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
     FANOUT_CHECK(!busy, "--out ", o.out, " already holds files: continue it with --resume last ",
                  "or choose another --out");
   }
+}
+
+}  // namespace
+
+Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
+  Setup s;
+  prepare_resume(o, s, given);
+  prepare_model(o, s, given);
+  prepare_optimisation(o, s, given);
+  prepare_devices(o, s);
+  prepare_data(o, s);
+  prepare_run_dir(o, s);
   s.o = o;
   return s;
 }

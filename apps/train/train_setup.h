@@ -14,6 +14,7 @@
 #include "apps/train/ddp_env.h"
 #include "apps/train/train_options.h"
 #include "engine/core/device.h"
+#include "engine/parallel/strategy.h"
 #include "models/llama_config.h"
 
 namespace fanout::train {
@@ -21,6 +22,9 @@ namespace fanout::train {
 // Everything a run needs, resolved and validated before any file is written.
 struct Setup {
   TrainOptions o;
+  // o.strategy and o.loss_on, parsed (engine/parallel/strategy.h).
+  parallel::StrategyFlag strategy;
+  parallel::LossOn loss_on = parallel::LossOn::replicas;
   DdpEnv ddp;  // a world of one unless --strategy ddp
   models::LlamaConfig config;
   std::vector<Device> devices;

@@ -1,41 +1,33 @@
 #include "apps/train/trainer.h"
 
-#include "apps/train/train_setup.h"
-
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <optional>
-#include <random>
-#include <thread>
 
 #include "apps/data/corpus.h"
 #include "apps/data/data_loader.h"
-#include "apps/data/terminal_text.h"
 #include "apps/data/token_file.h"
 #include "apps/data/tokenizer.h"
 #include "apps/train/checkpoint.h"
 #include "apps/train/checkpoint_rotation.h"
 #include "apps/train/ddp_env.h"
-#include "apps/train/loss_functions.h"
-#include "apps/train/optimizer.h"
+#include "apps/train/eval_history.h"
 #include "apps/train/progress.h"
 #include "apps/train/run_dir.h"
+#include "apps/train/sample_text.h"
 #include "apps/train/schedule.h"
 #include "apps/train/stop_signals.h"
+#include "apps/train/train_setup.h"
+#include "apps/train/training.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
-#include "engine/core/cuda_runtime.h"
 #include "engine/core/number_text.h"
 #include "engine/core/trace.h"
-#include "engine/parallel/data_parallel.h"
-#include "models/llama_checkpoint.h"
-#include "models/llama_generate.h"
-#include "models/llama_model.h"
 #include "ops/attention.h"
 
 namespace fanout::train {
@@ -63,266 +55,62 @@ nlohmann::json memory_json(parallel::DataParallel& dp) {
   return j;
 }
 
-// This rank's rows of a global batch (all of them unless ddp).
-parallel::HostBatch rank_rows(const data::Batch& b, const DdpEnv& ddp) {
-  auto [first, count] = ddp.rows_of(b.B);
-  return {count, b.T, b.inputs.data() + first * b.T, b.targets.data() + first * b.T};
-}
-parallel::HostBatch rank_rows(data::Batch&&,
-                              const DdpEnv&) = delete;  // would point into a temporary
-
-// One held-out evaluation: the mean loss over `batches` batches, `tokens` of them counted.
-struct EvalResult {
-  double loss = 0;
-  int64_t batches = 0, tokens = 0;
-  std::string str() const {
-    char line[128];
-    std::snprintf(line, sizeof line, "held-out loss %.4f over %lld batches (%lld tokens)", loss,
-                  static_cast<long long>(batches), static_cast<long long>(tokens));
-    return line;
-  }
+// Test hook (tests/apps/fanout): rank FANOUT_TEST_KILL_RANK kills itself at the
+// start of step FANOUT_TEST_KILL_STEP. Read by the number rules before anything is made.
+struct KillHook {
+  int64_t rank = -1, step = -1;
 };
-
-EvalResult evaluate(parallel::DataParallel& dp, const Setup& s, parallel::ProcessGroup* group) {
-  data::DataLoader loader(s.val_data, s.micro_rows, s.o.seq_len, s.o.packing == "on", false, 0,
-                          models::kIgnoreIndex);
-  int64_t n = loader.batches_per_epoch();
-  if (s.o.val_batches > 0) n = std::min(n, s.o.val_batches);
-  double sums[2] = {0, 0};  // loss sum, counted tokens
-  for (int64_t i = 0; i < n; ++i) {
-    data::Batch b = loader.next();  // must outlive hb, which points into it
-    parallel::HostBatch hb = rank_rows(b, s.ddp);
-    if (hb.B == 0) continue;
-    parallel::LossStats st = dp.evaluate(hb, models::kIgnoreIndex);
-    sums[0] += st.loss_sum, sums[1] += static_cast<double>(st.count);
-  }
-  if (group) group->all_reduce_host(sums, 2);
-  return {sums[1] > 0 ? sums[0] / sums[1] : 0.0, n, static_cast<int64_t>(sums[1])};
-}
-
-// Decoded with the run's tokenizer, control characters escaped (terminal_text.h).
-std::string sample_text(models::LlamaModel& model, const data::TextTokenizer& tokenizer,
-                        uint64_t seed, int64_t length) {
-  int64_t max_len = std::min<int64_t>(length + 1, model.config().max_position_embeddings);
-  models::LlamaGenerator gen(model, max_len);
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> out;
-  const int32_t bot = tokenizer.bot();
-  std::vector<float> logits = gen.feed({bot >= 0 && bot < model.config().vocab_size ? bot : 0});
-  for (int64_t i = 1; i < max_len; ++i) {
-    // temperature 0.8 over the 20 likeliest tokens
-    std::vector<int32_t> order(logits.size());
-    for (size_t j = 0; j < order.size(); ++j) order[j] = static_cast<int32_t>(j);
-    size_t k = std::min<size_t>(20, order.size());
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-    std::vector<double> p(k);
-    double total = 0;
-    for (size_t j = 0; j < k; ++j)
-      total += p[j] = std::exp((logits[order[j]] - logits[order[0]]) / 0.8);
-    double u = static_cast<double>(rng() >> 11) / 9007199254740992.0 * total;
-    int32_t next = order[k - 1];
-    for (size_t j = 0; j < k; ++j)
-      if ((u -= p[j]) <= 0) {
-        next = order[j];
-        break;
-      }
-    if (next == tokenizer.eot()) break;
-    out.push_back(next);
-    if (i + 1 < max_len) logits = gen.feed({next});
-  }
-  // Nothing to show is said, not printed as a blank line.
-  if (out.empty()) return "(empty: the model ended the text at once, [EOT] first)";
-  const std::string text = tokenizer.decode(out);
-  if (text.empty()) {
-    return "(empty: the model wrote only special tokens, " + std::to_string(out.size()) +
-           " of them, which decode to no text)";
-  }
-  return data::terminal_text_escape(text);
-}
-
-}  // namespace
-
-int train_run(TrainOptions options, const std::set<std::string>& given, std::string* run_dir) {
-  // Test hook (tests/apps/fanout): rank FANOUT_TEST_KILL_RANK kills itself at the
-  // start of step FANOUT_TEST_KILL_STEP. Read by the number rules before anything is made.
-  int64_t kill_rank = -1, kill_step = -1;
+KillHook kill_hook_from_environment() {
+  KillHook k;
   if (const char* r = std::getenv("FANOUT_TEST_KILL_RANK")) {
     const char* step = std::getenv("FANOUT_TEST_KILL_STEP");
     FANOUT_CHECK(step != nullptr, "environment variable FANOUT_TEST_KILL_RANK is set without ",
                  "FANOUT_TEST_KILL_STEP");
-    kill_rank = parse_whole_number(r, 0, INT32_MAX, "environment variable FANOUT_TEST_KILL_RANK");
-    kill_step =
-        parse_whole_number(step, 0, INT64_MAX, "environment variable FANOUT_TEST_KILL_STEP");
+    k.rank = parse_whole_number(r, 0, INT32_MAX, "environment variable FANOUT_TEST_KILL_RANK");
+    k.step = parse_whole_number(step, 0, INT64_MAX, "environment variable FANOUT_TEST_KILL_STEP");
   }
-  Setup s = train_prepare(std::move(options), given);
+  return k;
+}
+
+// Each rank found its checkpoint (or none) in --out itself: all must start at
+// rank 0's step, or the ranks would train different things (an --out not shared).
+void ranks_agree_on_start(distributed::ProcessGroup& group, const Setup& s) {
+  const int64_t first = s.resume ? s.resume->state.step : 0;
+  double at[2] = {s.ddp.is_main() ? static_cast<double>(first) : 0.0, 0.0};
+  group.all_reduce_host(at, 1);
+  at[1] = at[0] == static_cast<double>(first) ? 0.0 : 1.0;
+  group.all_reduce_host(at + 1, 1);
+  const auto step0 = static_cast<int64_t>(at[0]);
+  FANOUT_CHECK(at[1] == 0, "the ranks would start from different steps (rank 0 from step ", step0,
+               step0 == first ? "" : detail::str_cat(", this rank from step ", first), "; ",
+               static_cast<int64_t>(at[1]), " rank(s) differ from rank 0): every rank must see ",
+               "the same --out ", s.o.out, " (a shared filesystem)");
+}
+
+TrainingOptions training_options(const Setup& s, distributed::ProcessGroup* group) {
   const TrainOptions& o = s.o;
-  train_options_check_validation(o, s.has_val);
-  const bool main_rank = s.ddp.is_main();  // only rank 0 prints, logs and checkpoints
-  if (kill_rank != s.ddp.rank) kill_step = -1;
-  DdpGroup ddp;
-  if (s.ddp.enabled) ddp = ddp_connect(s.ddp, s.devices[0], o.timeout, !o.json);
-  parallel::ProcessGroup* group = ddp.group.get();
-  if (group) {
-    // Each rank found its checkpoint (or none) in --out itself: all must start at
-    // rank 0's step, or the ranks would train different things (an --out not shared).
-    const int64_t first = s.resume ? s.resume->state.step : 0;
-    double at[2] = {main_rank ? static_cast<double>(first) : 0.0, 0.0};
-    group->all_reduce_host(at, 1);
-    at[1] = at[0] == static_cast<double>(first) ? 0.0 : 1.0;
-    group->all_reduce_host(at + 1, 1);
-    const auto step0 = static_cast<int64_t>(at[0]);
-    FANOUT_CHECK(at[1] == 0, "the ranks would start from different steps (rank 0 from step ", step0,
-                 step0 == first ? "" : detail::str_cat(", this rank from step ", first), "; ",
-                 static_cast<int64_t>(at[1]), " rank(s) differ from rank 0): every rank must see ",
-                 "the same --out ", o.out, " (a shared filesystem)");
-  }
-  // From here on files are written, by rank 0 alone, in a directory it owns.
-  std::optional<RunDirLock> lock;
-  std::vector<std::string> cleaned;
-  if (main_rank) {
-    lock.emplace(o.out);
-    cleaned = run_dir_remove_stale_temps(o.out);
-    if (run_dir) *run_dir = o.out;
-  }
-  models::LlamaLayout layout(s.config);
+  TrainingOptions t;
+  t.config = s.config;
+  t.devices = s.devices;
+  t.output_device = s.output_device;
+  t.chunk_sizes = s.chunk_sizes;
+  t.strategy = s.strategy.strategy;
+  t.loss_on = s.loss_on;
+  t.overlap = o.overlap;
+  t.bucket_mb = o.bucket_mb;
+  t.group = group;
+  t.grad_comm = o.grad_comm == "bf16" ? DType::bf16 : DType::f32;
+  t.working = o.precision == "bf16" ? DType::bf16 : DType::f32;
+  t.adam.lr = static_cast<float>(o.lr), t.adam.beta1 = static_cast<float>(o.beta1);
+  t.adam.beta2 = static_cast<float>(o.beta2), t.adam.eps = static_cast<float>(o.eps);
+  t.adam.weight_decay = static_cast<float>(o.weight_decay);
+  return t;
+}
 
-  parallel::DataParallelOptions dpo;
-  dpo.device_ids = s.devices;
-  dpo.output_device = s.output_device;
-  dpo.chunk_sizes = s.chunk_sizes;
-  dpo.strategy = o.strategy == "zero1"   ? parallel::Strategy::zero1
-                 : o.strategy == "zero2" ? parallel::Strategy::zero2
-                 : o.strategy == "zero3" ? parallel::Strategy::zero3
-                                         : parallel::Strategy::dp;
-  dpo.loss_on = o.loss_on == "output" ? parallel::LossOn::output : parallel::LossOn::replicas;
-  dpo.overlap = o.overlap;
-  dpo.bucket_mb = o.bucket_mb;
-  dpo.process_group = group;
-  dpo.grad_comm = o.grad_comm == "bf16" ? DType::bf16 : DType::f32;
-  const std::vector<Device>& ids = s.devices;
-  const DType working = o.precision == "bf16" ? DType::bf16 : DType::f32;
-  auto factory = [&](Device d, int i) {
-    return std::make_unique<models::LlamaModel>(s.config, d,
-                                                parallel::replica_lane(ids, i, "compute"), working);
-  };
-  parallel::DataParallel dp(factory, dpo, cross_entropy_loss_functions());
-  auto& primary = dynamic_cast<models::LlamaModel&>(dp.primary());
-  {
-    std::vector<float> random;
-    const float* values = s.resume                 ? s.resume->params.data()
-                          : !s.init_params.empty() ? s.init_params.data()
-                                                   : nullptr;
-    if (!values) random = models::LlamaModel::random_params(s.config, o.seed);
-    dp.params_from_host(values ? values : random.data());
-  }
-  if (group && dpo.strategy != parallel::Strategy::zero3) {
-    // every rank starts from rank 0's weights (zero3's ranks each load their own
-    // shard of the same values)
-    group->broadcast(primary.params(), 0, primary.compute_stream());
-    primary.compute_stream().synchronize();
-    dp.params_changed();
-  }
-  // Sharded across processes, a checkpoint's gathers need every rank.
-  const bool collective_save = group != nullptr && dp.sharded();
-  ops::AdamWConfig adam;
-  adam.lr = static_cast<float>(o.lr), adam.beta1 = static_cast<float>(o.beta1);
-  adam.beta2 = static_cast<float>(o.beta2), adam.eps = static_cast<float>(o.eps);
-  adam.weight_decay = static_cast<float>(o.weight_decay);
-  Optimizer opt(dp, decay_runs(layout), adam);
-  data::DataLoader loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle,
-                          o.seed, models::kIgnoreIndex);
-  int64_t start = 1, tokens_seen = 0;
-  if (s.resume) {
-    opt.state_from_host(s.resume->exp_avg, s.resume->exp_avg_sq);
-    loader.set_state(s.resume_data);
-    start = s.resume->state.step + 1;
-    tokens_seen = s.resume->state.tokens_seen;
-  }
-  // Note [Held-out history]: the best held-out loss, its step and the evaluations
-  // since it improved travel in trainer_state.json, so a resumed run keeps best/ and
-  // stops early exactly where the uninterrupted run would. Losses measured on other
-  // held-out data (--val-data or --val-batches given anew) are not comparable: the
-  // history then starts over. final/ is written before the end-of-run evaluation
-  // (the checkpoint first), so its history stops at the last evaluation in the loop;
-  // best/ still takes the end-of-run weights when they are the best.
-  double best_val = 0;
-  int64_t best_step = -1, evals_since_best = 0;
-  std::string history_note;
-  if (s.resume && s.resume->state.best_step >= 0) {
-    TrainOptions saved;
-    train_options_merge(saved, s.resume->state.flags, {});
-    if (saved.val_data == o.val_data && saved.val_batches == o.val_batches &&
-        saved.val_split == o.val_split) {
-      best_val = s.resume->state.best_val_loss;
-      best_step = s.resume->state.best_step;
-      evals_since_best = s.resume->state.evals_since_best;
-    } else {
-      history_note =
-          "the held-out data or --val-batches changed: the best held-out loss and "
-          "--early-stop's count start over";
-    }
-  }
-  EvalResult last_eval;
-  int64_t last_eval_step = -1;
-  Schedule schedule{o.schedule, o.lr, o.min_lr, o.warmup, o.steps};
-  std::optional<MetricsLog> metrics;
-  if (main_rank) metrics.emplace((fs::path(o.out) / "metrics.jsonl").string(), start - 1);
-  Progress progress(o.steps, start, o.json || !main_rank);
-  auto say = [&](const std::string& line) {
-    if (main_rank) progress.message(line);
-  };
-
-  auto save = [&](const std::string& name, int64_t step) -> std::string {
-    std::string dir = (fs::path(o.out) / name).string();
-    if (!main_rank && !collective_save) return dir;
-    Checkpoint c;
-    c.config = s.config;
-    c.params.resize(layout.total());
-    dp.params_to_host(c.params.data());  // whole, whatever the strategy
-    opt.state_to_host(c.exp_avg, c.exp_avg_sq);
-    if (!main_rank) return dir;
-    c.state.step = step;
-    c.state.data = loader.state();
-    c.state.seed = o.seed;
-    c.state.tokens_seen = tokens_seen;
-    c.state.flags = train_options_to_json(o);
-    c.state.best_val_loss = best_val;
-    c.state.best_step = best_step;
-    c.state.evals_since_best = evals_since_best;
-    if (last_eval_step == step) c.state.val_loss = last_eval.loss;
-    c.tokenizer_json = s.tokenizer->to_json();
-    checkpoint_write(dir, c);
-    return dir;
-  };
-
-  // An evaluation after `step` (every rank: it is collective): logged, said, and
-  // best/ replaced when the loss improved under --save-best. Returns whether
-  // --early-stop's patience has run out.
-  auto on_eval = [&](int64_t step) -> bool {
-    last_eval = evaluate(dp, s, group);
-    last_eval_step = step;
-    if (metrics) metrics->write({{"step", step}, {"val_loss", last_eval.loss}});
-    const bool better = best_step < 0 || last_eval.loss < best_val;
-    if (better) {
-      best_val = last_eval.loss, best_step = step, evals_since_best = 0;
-    } else {
-      ++evals_since_best;
-    }
-    std::string line = "step " + std::to_string(step) + ": " + last_eval.str();
-    if (better && o.save_best) {
-      save(kBestCheckpoint, step);
-      line += " -> " + std::string(kBestCheckpoint) + "/";
-    } else if (!better && (o.save_best || o.early_stop > 0)) {
-      char best[96];
-      std::snprintf(best, sizeof best, " (best %.4f at step %lld)", best_val,
-                    static_cast<long long>(best_step));
-      line += best;
-    }
-    say(line);
-    return o.early_stop > 0 && evals_since_best >= o.early_stop;
-  };
-
+// The lines a run starts with: what trains where, on what, and from where.
+std::vector<std::string> header_lines(const Setup& s, distributed::ProcessGroup* group,
+                                      int64_t start) {
+  const TrainOptions& o = s.o;
   std::string where = s.ddp.enabled ? std::to_string(s.ddp.world) + " processes (" + group->name() +
                                           ", rank 0 on " + s.devices[0].str() + ")"
                                     : devices_str(s.devices);
@@ -338,206 +126,344 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
       o.grad_accum > 1 ? (" in " + std::to_string(o.grad_accum) + " micro-batches").c_str() : "",
       static_cast<long long>(start), static_cast<long long>(o.steps), s.train_data.path.c_str(),
       static_cast<long long>(s.train_data.token_count() + s.held_out), o.out.c_str());
-  say(header);
+  std::vector<std::string> lines{header};
   if (s.devices[0].is_cuda()) {
-    std::string attention = "attention: ";
-    attention += ops::attention_describe(s.devices[0], working);
-    say(attention);
+    const DType working = o.precision == "bf16" ? DType::bf16 : DType::f32;
+    lines.push_back(std::string("attention: ") + ops::attention_describe(s.devices[0], working));
   }
   if (s.tokenizer_beside) {
-    say("tokenizer: " + s.tokenizer->describe() + " (" + s.tokenizer_from +
-        ", the one the data was prepared with)");
+    lines.push_back("tokenizer: " + s.tokenizer->describe() + " (" + s.tokenizer_from +
+                    ", the one the data was prepared with)");
   } else if (!s.tokenizer->is_byte()) {
-    say("tokenizer: " + s.tokenizer->describe());
+    lines.push_back("tokenizer: " + s.tokenizer->describe());
   }
   if (o.resume == "auto") {  // Note [Resume auto] in train_setup.cpp
-    say(s.resume ? "resuming from " + s.resume_dir + " (step " +
-                       std::to_string(s.resume->state.step) + ")"
-                 : "no checkpoint in " + o.out + ": starting fresh");
+    lines.push_back(s.resume ? "resuming from " + s.resume_dir + " (step " +
+                                   std::to_string(s.resume->state.step) + ")"
+                             : "no checkpoint in " + o.out + ": starting fresh");
   } else if (s.resume) {
-    say("resumed from " + s.resume_dir);
+    lines.push_back("resumed from " + s.resume_dir);
   }
-  for (const std::string& note : s.notes) say(note);
-  if (!history_note.empty()) say(history_note);
-  for (const std::string& name : cleaned)
-    say("removed " + name + " (left by an interrupted write)");
-  if (s.has_val) {
-    const int64_t batches = data::DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on",
-                                             false, 0, models::kIgnoreIndex)
-                                .batches_per_epoch();
-    if (o.val_batches > 0 && o.val_batches < batches) {
-      say("held-out loss over the first " + std::to_string(o.val_batches) + " of " +
-          std::to_string(batches) + " batches (--val-batches)");
-    }
-  }
-  if (!o.trace.empty()) Trace::global().set_enabled(true);
-  // Note [Stopping on a signal] (stop_signals.cpp); fanout launch, the parent, passes signals on.
-  StopSignals signals(s.ddp.launcher == "fanout launch" ? ::getppid() : 0);
+  for (const std::string& note : s.notes) lines.push_back(note);
+  return lines;
+}
 
-  std::string last_checkpoint = s.resume ? s.resume_dir : "";
-  double last_loss = 0;
-  int exit_code = 0;
-  int64_t final_step = o.steps;  // earlier under --early-stop
-  for (int64_t step = start; step <= o.steps; ++step) {
-    auto t0 = Clock::now();
-    double lr = schedule.at(step);
-    std::vector<data::Batch> micro;
-    int64_t counted = 0;
-    if (step == kill_step) std::raise(SIGKILL);
-    for (int64_t k = 0; k < o.grad_accum; ++k) {
-      micro.push_back(loader.next());
-      counted += micro.back().counted();  // the global batch: every rank knows the total
+// One rank's training run once everything is assembled: the loop, checkpoints,
+// held-out evaluations and the end of the run.
+class Run {
+ public:
+  Run(const Setup& s, Training& t, distributed::ProcessGroup* group, int64_t kill_step)
+      : s_(s),
+        o_(s.o),
+        t_(t),
+        group_(group),
+        main_(s.ddp.is_main()),
+        kill_step_(kill_step),
+        loader_(s.train_data, s.micro_rows, s.o.seq_len, s.o.packing == "on", s.o.shuffle, s.o.seed,
+                models::kIgnoreIndex),
+        history_(s),
+        schedule_{s.o.schedule, s.o.lr, s.o.min_lr, s.o.warmup, s.o.steps} {
+    if (s.resume) {
+      t_.optimizer().state_from_host(s.resume->exp_avg, s.resume->exp_avg_sq);
+      loader_.set_state(s.resume_data);
+      start_ = s.resume->state.step + 1;
+      tokens_seen_ = s.resume->state.tokens_seen;
+      last_checkpoint_ = s.resume_dir;
     }
-    // An error inside the step (out of memory under --device-memory, a failed
-    // device or rank) says which step it stopped.
-    auto at_step = [&](const auto& fn) {
-      try {
-        fn();
-      } catch (const Error& e) {
-        signals.restore();
-        detail::throw_error(detail::str_cat("step ", step, ": ", e.what()));
-      }
-    };
-    double loss_sum = 0;
-    at_step([&] {
-      dp.zero_grad();
-      for (int64_t k = 0; k < o.grad_accum; ++k) {
-        parallel::LossStats st =
-            dp.forward_backward(rank_rows(micro[k], s.ddp), models::kIgnoreIndex,
-                                std::max<int64_t>(counted, 1), k + 1 == o.grad_accum);
-        loss_sum += st.loss_sum;
-      }
-    });
-    // Ranks agree on the loss and on stopping (a Ctrl-C seen by any rank).
-    double shared[3] = {loss_sum, signals.requested() == SIGINT ? 1.0 : 0.0,
-                        signals.requested() == SIGTERM ? 1.0 : 0.0};
-    if (group) group->all_reduce_host(shared, 3);
-    loss_sum = shared[0];
-    const int stop_signal = shared[2] > 0 ? SIGTERM : shared[1] > 0 ? SIGINT : 0;
-    const bool interrupted = stop_signal != 0;
-    double loss = counted > 0 ? loss_sum / counted : 0.0;
-    auto stop = [&](const char* what, double value) {
-      signals.restore();
-      detail::throw_error(detail::str_cat(
-          "step ", step, ": the ", what, " is ", value, "; stopped before updating the weights",
-          last_checkpoint.empty() ? std::string(" (no checkpoint was written yet)")
-                                  : " (last good checkpoint: " + last_checkpoint + ")"));
-    };
-    if (!std::isfinite(loss)) stop("loss", loss);
-    double norm = 0;
-    at_step([&] {
-      dp.reduce_gradients();
-      norm = opt.step(step, static_cast<float>(lr), o.clip);
-    });
-    if (!std::isfinite(norm)) stop("gradient norm", norm);
-    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    int64_t step_tokens = o.batch_size * o.seq_len;  // bounded by train_prepare
-    tokens_seen = size_add("the tokens seen by the run", {tokens_seen, step_tokens});
-    last_loss = loss;
-    if (metrics)
-      metrics->write({{"step", step},
-                      {"loss", loss},
-                      {"lr", lr},
-                      {"grad_norm", norm},
-                      {"tokens_per_s", step_tokens / secs},
-                      {"step_s", secs},
-                      {"tokens", tokens_seen},
-                      {"peak_bytes", memory_json(dp)}});
-    progress.step({step, loss, lr, norm, step_tokens / secs, memory_str(dp)});
-    bool stop_early = false;
-    if (s.has_val && o.eval_every > 0 && step % o.eval_every == 0 && step != o.steps) {
-      stop_early = on_eval(step);
+    if (main_) metrics_.emplace((fs::path(o_.out) / "metrics.jsonl").string(), start_ - 1);
+    progress_.emplace(o_.steps, start_, o_.json || !main_);
+  }
+
+  int64_t start() const { return start_; }
+  void say(const std::string& line) {
+    if (main_) progress_->message(line);
+  }
+  const EvalHistory& history() const { return history_; }
+
+  // The steps; returns the exit code (128 + the signal when one stopped the run).
+  int loop();
+  // After the loop: final/, the trace, the end-of-run evaluation, the sample.
+  int finish(int exit_code);
+
+ private:
+  std::string save(const std::string& name, int64_t step);
+  bool on_eval(int64_t step);
+  // One step; returns whether the run stops after it (early stop).
+  bool step(int64_t step);
+  [[noreturn]] void stop(int64_t step, const char* what, double value);
+  void say_held_out_summary(nlohmann::json& summary);
+  void say_sample();
+
+  const Setup& s_;
+  const TrainOptions& o_;
+  Training& t_;
+  distributed::ProcessGroup* group_;
+  const bool main_;  // only rank 0 prints, logs and checkpoints
+  const int64_t kill_step_;
+  data::DataLoader loader_;
+  EvalHistory history_;
+  Schedule schedule_;
+  std::optional<MetricsLog> metrics_;
+  std::optional<Progress> progress_;
+  std::optional<StopSignals> signals_;
+  int64_t start_ = 1, tokens_seen_ = 0, final_step_ = 0;
+  std::string last_checkpoint_;
+  double last_loss_ = 0;
+  int stop_signal_ = 0;
+};
+
+std::string Run::save(const std::string& name, int64_t step) {
+  std::string dir = (fs::path(o_.out) / name).string();
+  // Sharded across processes, a checkpoint's gathers need every rank.
+  const bool collective_save = group_ != nullptr && t_.engine().sharded();
+  if (!main_ && !collective_save) return dir;
+  Checkpoint c;
+  c.config = s_.config;
+  c.params = t_.params_to_host();  // whole, whatever the strategy
+  t_.optimizer().state_to_host(c.exp_avg, c.exp_avg_sq);
+  if (!main_) return dir;
+  c.state.step = step;
+  c.state.data = loader_.state();
+  c.state.seed = o_.seed;
+  c.state.tokens_seen = tokens_seen_;
+  c.state.flags = train_options_to_json(o_);
+  c.state.best_val_loss = history_.best_loss;
+  c.state.best_step = history_.best_step;
+  c.state.evals_since_best = history_.evals_since_best;
+  if (history_.last_step == step) c.state.val_loss = history_.last.loss;
+  c.tokenizer_json = s_.tokenizer->to_json();
+  checkpoint_write(dir, c);
+  return dir;
+}
+
+// An evaluation after `step` (every rank: it is collective): logged, said, and
+// best/ replaced when the loss improved under --save-best. Returns whether
+// --early-stop's patience has run out.
+bool Run::on_eval(int64_t step) {
+  const EvalResult result = evaluate_held_out(t_.engine(), s_, group_);
+  if (metrics_) metrics_->write({{"step", step}, {"val_loss", result.loss}});
+  const bool better = history_.record(result, step);
+  std::string line = "step " + std::to_string(step) + ": " + result.str();
+  if (better && o_.save_best) {
+    save(kBestCheckpoint, step);
+    line += " -> " + std::string(kBestCheckpoint) + "/";
+  } else if (!better && (o_.save_best || o_.early_stop > 0)) {
+    line += history_.best_str();
+  }
+  say(line);
+  return history_.patience_out(o_.early_stop);
+}
+
+void Run::stop(int64_t step, const char* what, double value) {
+  signals_->restore();
+  detail::throw_error(detail::str_cat(
+      "step ", step, ": the ", what, " is ", value, "; stopped before updating the weights",
+      last_checkpoint_.empty() ? std::string(" (no checkpoint was written yet)")
+                               : " (last good checkpoint: " + last_checkpoint_ + ")"));
+}
+
+bool Run::step(int64_t step) {
+  auto t0 = Clock::now();
+  double lr = schedule_.at(step);
+  std::vector<data::Batch> micro;
+  int64_t counted = 0;
+  if (step == kill_step_) std::raise(SIGKILL);
+  for (int64_t k = 0; k < o_.grad_accum; ++k) {
+    micro.push_back(loader_.next());
+    counted += micro.back().counted();  // the global batch: every rank knows the total
+  }
+  std::vector<parallel::HostBatch> rows;
+  for (const data::Batch& b : micro) rows.push_back(s_.ddp.batch_rows(b));
+  // An error inside the step (out of memory under --device-memory, a failed
+  // device or rank) says which step it stopped.
+  auto at_step = [&](const auto& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      signals_->restore();
+      detail::throw_error(detail::str_cat("step ", step, ": ", e.what()));
     }
-    // The run's last step is saved as final/ just after the loop: a step-N of the
-    // same weights would be a second copy (an interrupted run writes no final/).
-    const bool last_step = step == o.steps || stop_early;
-    if ((o.save_every > 0 && step % o.save_every == 0 && !last_step) || interrupted) {
-      last_checkpoint = save(checkpoint_step_name(step), step);
-      // Only now that the new one is in place (checkpoint_rotation.h).
-      if (main_rank) checkpoint_rotate(o.out, o.keep_last);
-    }
-    if (interrupted) {
-      say(std::string(stop_signal == SIGTERM ? "terminated (SIGTERM)" : "interrupted") +
-          " at step " + std::to_string(step) + ": checkpoint " + last_checkpoint +
-          " (continue with --resume last --out " + o.out + ")");
-      exit_code = 128 + stop_signal;
-      break;
+  };
+  double loss_sum = 0;
+  at_step([&] { loss_sum = t_.forward_backward(rows, std::max<int64_t>(counted, 1)).loss_sum; });
+  // Ranks agree on the loss and on stopping (a Ctrl-C seen by any rank).
+  double shared[3] = {loss_sum, signals_->requested() == SIGINT ? 1.0 : 0.0,
+                      signals_->requested() == SIGTERM ? 1.0 : 0.0};
+  if (group_) group_->all_reduce_host(shared, 3);
+  loss_sum = shared[0];
+  stop_signal_ = shared[2] > 0 ? SIGTERM : shared[1] > 0 ? SIGINT : 0;
+  double loss = counted > 0 ? loss_sum / counted : 0.0;
+  if (!std::isfinite(loss)) stop(step, "loss", loss);
+  double norm = 0;
+  at_step([&] {
+    t_.reduce_gradients();
+    norm = t_.optimizer_step(step, static_cast<float>(lr), o_.clip);
+  });
+  if (!std::isfinite(norm)) stop(step, "gradient norm", norm);
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  int64_t step_tokens = o_.batch_size * o_.seq_len;  // bounded by train_prepare
+  tokens_seen_ = size_add("the tokens seen by the run", {tokens_seen_, step_tokens});
+  last_loss_ = loss;
+  parallel::DataParallel& dp = t_.engine();
+  if (metrics_)
+    metrics_->write({{"step", step},
+                     {"loss", loss},
+                     {"lr", lr},
+                     {"grad_norm", norm},
+                     {"tokens_per_s", step_tokens / secs},
+                     {"step_s", secs},
+                     {"tokens", tokens_seen_},
+                     {"peak_bytes", memory_json(dp)}});
+  progress_->step({step, loss, lr, norm, step_tokens / secs, memory_str(dp)});
+  bool stop_early = false;
+  if (s_.has_val && o_.eval_every > 0 && step % o_.eval_every == 0 && step != o_.steps) {
+    stop_early = on_eval(step);
+  }
+  // The run's last step is saved as final/ just after the loop: a step-N of the
+  // same weights would be a second copy (an interrupted run writes no final/).
+  const bool last_step = step == o_.steps || stop_early;
+  if ((o_.save_every > 0 && step % o_.save_every == 0 && !last_step) || stop_signal_ != 0) {
+    last_checkpoint_ = save(checkpoint_step_name(step), step);
+    // Only now that the new one is in place (checkpoint_rotation.h).
+    if (main_) checkpoint_rotate(o_.out, o_.keep_last);
+  }
+  return stop_early;
+}
+
+int Run::loop() {
+  if (!o_.trace.empty()) Trace::global().set_enabled(true);
+  // Note [Stopping on a signal] (stop_signals.cpp); fanout launch, the parent, passes signals on.
+  signals_.emplace(s_.ddp.launcher == "fanout launch" ? ::getppid() : 0);
+  final_step_ = o_.steps;  // earlier under --early-stop
+  for (int64_t n = start_; n <= o_.steps; ++n) {
+    const bool stop_early = step(n);
+    if (stop_signal_ != 0) {
+      say(std::string(stop_signal_ == SIGTERM ? "terminated (SIGTERM)" : "interrupted") +
+          " at step " + std::to_string(n) + ": checkpoint " + last_checkpoint_ +
+          " (continue with --resume last --out " + o_.out + ")");
+      return 128 + stop_signal_;
     }
     if (stop_early) {
       char line[192];
       std::snprintf(line, sizeof line,
                     "early stop at step %lld: no better held-out loss in %lld evaluations "
                     "(best %.4f at step %lld)",
-                    static_cast<long long>(step), static_cast<long long>(o.early_stop), best_val,
-                    static_cast<long long>(best_step));
+                    static_cast<long long>(n), static_cast<long long>(o_.early_stop),
+                    history_.best_loss, static_cast<long long>(history_.best_step));
       say(line);
-      final_step = step;
+      final_step_ = n;
       break;
     }
   }
-  signals.restore();
-  progress.finish();
+  return 0;
+}
+
+void Run::say_held_out_summary(nlohmann::json& summary) {
+  // An early stop has just evaluated these weights.
+  if (history_.last_step != final_step_) on_eval(final_step_);
+  const double val = history_.last.loss;
+  summary["val_loss"] = val;
+  if (history_.best_step >= 0)
+    summary["best_val_loss"] = history_.best_loss, summary["best_step"] = history_.best_step;
+  char line[256] = "";
+  if (s_.embedded) {
+    std::snprintf(line, sizeof line,
+                  "held-out loss %.3f nats/token vs %.3f for the corpus's unigram entropy "
+                  "(a model that ignores context)",
+                  val, s_.unigram);
+    summary["unigram_entropy"] = s_.unigram;
+  } else if (main_) {
+    // The training data's own unigram entropy (its first 2^27 tokens at most).
+    const double unigram = data::token_data_unigram_entropy(s_.train_data, int64_t{1} << 27);
+    std::snprintf(line, sizeof line, "held-out loss %.3f nats/token vs %.3f for the unigram ", val,
+                  unigram);
+    summary["unigram_entropy"] = unigram;
+  }
+  say(s_.embedded ? std::string(line)
+                  : line + ("entropy of " + o_.data + " (a model that ignores context)"));
+}
+
+int Run::finish(int exit_code) {
+  signals_->restore();
+  progress_->finish();
   // The checkpoint first: nothing after the last step may lose the run.
-  std::string final_dir = exit_code == 0 ? save("final", final_step) : "";
-  if (!o.trace.empty() && main_rank) {
+  std::string final_dir = exit_code == 0 ? save("final", final_step_) : "";
+  if (!o_.trace.empty() && main_) {
     Trace::global().set_enabled(false);
-    Trace::global().write(o.trace);
-    say("trace written to " + o.trace + " (open in ui.perfetto.dev)");
+    Trace::global().write(o_.trace);
+    say("trace written to " + o_.trace + " (open in ui.perfetto.dev)");
   }
   if (exit_code != 0) return exit_code;
-
   nlohmann::json summary = {
-      {"steps", final_step}, {"loss", last_loss}, {"out", o.out}, {"checkpoint", final_dir}};
-  if (final_step < o.steps) summary["early_stop"] = true;
-  if (s.has_val) {
-    // An early stop has just evaluated these weights.
-    if (last_eval_step != final_step) on_eval(final_step);
-    const double val = last_eval.loss;
-    summary["val_loss"] = val;
-    if (best_step >= 0) summary["best_val_loss"] = best_val, summary["best_step"] = best_step;
-    char line[256] = "";
-    if (s.embedded) {
-      std::snprintf(line, sizeof line,
-                    "held-out loss %.3f nats/token vs %.3f for the corpus's unigram entropy "
-                    "(a model that ignores context)",
-                    val, s.unigram);
-      summary["unigram_entropy"] = s.unigram;
-    } else if (main_rank) {
-      // The training data's own unigram entropy (its first 2^27 tokens at most).
-      const double unigram = data::token_data_unigram_entropy(s.train_data, int64_t{1} << 27);
-      std::snprintf(line, sizeof line, "held-out loss %.3f nats/token vs %.3f for the unigram ",
-                    val, unigram);
-      summary["unigram_entropy"] = unigram;
-    }
-    say(s.embedded ? std::string(line)
-                   : line + ("entropy of " + o.data + " (a model that ignores context)"));
-  }
+      {"steps", final_step_}, {"loss", last_loss_}, {"out", o_.out}, {"checkpoint", final_dir}};
+  if (final_step_ < o_.steps) summary["early_stop"] = true;
+  if (s_.has_val) say_held_out_summary(summary);
   // zero3 keeps no whole model on any device: the sample runs on a copy.
   std::vector<float> whole;
-  if (!o.json && dpo.strategy == parallel::Strategy::zero3) {
-    whole.resize(layout.total());
-    dp.params_to_host(whole.data());
-  }
-  if (!main_rank) return 0;
+  if (!o_.json && s_.strategy.strategy == parallel::Strategy::zero3) whole = t_.params_to_host();
+  if (!main_) return 0;
   say("final checkpoint: " + final_dir);
-  if (!o.json) {
+  if (!o_.json) {
     try {
       std::string sample;
       if (whole.empty()) {
-        sample = sample_text(primary, *s.tokenizer, o.seed, 240);
+        sample = sample_text(t_.primary(), *s_.tokenizer, o_.seed, 240);
       } else {
-        models::LlamaModel copy(s.config, s.devices[0], "", working);
+        models::LlamaModel copy(s_.config, s_.devices[0], "", t_.options().working);
         tensor_upload(copy.compute_stream(), copy.params(), whole.data());
-        copy.params_to_working(0, layout.total());
-        sample = sample_text(copy, *s.tokenizer, o.seed, 240);
+        copy.params_to_working(0, t_.layout().total());
+        sample = sample_text(copy, *s_.tokenizer, o_.seed, 240);
       }
       say("sample:\n  " + sample);
     } catch (const Error& e) {
       say(std::string("no sample: ") + e.what());
     }
   }
-  if (o.json) std::printf("%s\n", summary.dump().c_str());
+  if (o_.json) std::printf("%s\n", summary.dump().c_str());
   return 0;
+}
+
+}  // namespace
+
+int train_run(TrainOptions options, const std::set<std::string>& given, std::string* run_dir) {
+  KillHook kill = kill_hook_from_environment();
+  Setup s = train_prepare(std::move(options), given);
+  const TrainOptions& o = s.o;
+  train_options_check_validation(o, s.has_val);
+  const bool main_rank = s.ddp.is_main();  // only rank 0 prints, logs and checkpoints
+  DdpGroup ddp;
+  if (s.ddp.enabled) ddp = ddp_connect(s.ddp, s.devices[0], o.timeout, !o.json);
+  distributed::ProcessGroup* group = ddp.group.get();
+  if (group) ranks_agree_on_start(*group, s);
+  // From here on files are written, by rank 0 alone, in a directory it owns.
+  std::optional<RunDirLock> lock;
+  std::vector<std::string> cleaned;
+  if (main_rank) {
+    lock.emplace(o.out);
+    cleaned = run_dir_remove_stale_temps(o.out);
+    if (run_dir) *run_dir = o.out;
+  }
+  InitialWeights initial;
+  initial.values = s.resume                 ? s.resume->params.data()
+                   : !s.init_params.empty() ? s.init_params.data()
+                                            : nullptr;
+  initial.seed = o.seed;
+  Training training(training_options(s, group), initial);
+  Run run(s, training, group, kill.rank == s.ddp.rank ? kill.step : -1);
+  for (const std::string& line : header_lines(s, group, run.start())) run.say(line);
+  if (!run.history().note.empty()) run.say(run.history().note);
+  for (const std::string& name : cleaned)
+    run.say("removed " + name + " (left by an interrupted write)");
+  if (s.has_val) {
+    const int64_t batches = data::DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on",
+                                             false, 0, models::kIgnoreIndex)
+                                .batches_per_epoch();
+    if (o.val_batches > 0 && o.val_batches < batches) {
+      run.say("held-out loss over the first " + std::to_string(o.val_batches) + " of " +
+              std::to_string(batches) + " batches (--val-batches)");
+    }
+  }
+  return run.finish(run.loop());
 }
 
 }  // namespace fanout::train

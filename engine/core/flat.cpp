@@ -182,4 +182,11 @@ void flat_scale_f32(void*, float*, int64_t, float) {
 }  // namespace cuda
 #endif
 
+std::vector<int64_t> shard_bounds(int64_t total, int ranks) {
+  FANOUT_ASSERT(ranks > 0, "shard_bounds over ", ranks, " ranks");
+  std::vector<int64_t> b(ranks + 1);
+  for (int r = 0; r <= ranks; ++r) b[r] = total * r / ranks;
+  return b;
+}
+
 }  // namespace fanout

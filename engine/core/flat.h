@@ -5,6 +5,9 @@
 // CUDA devices give the same bits (every function is one fp32 operation per element,
 // rounded as engine/core/dtype.h says).
 
+#include <cstdint>
+#include <vector>
+
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
 
@@ -25,5 +28,10 @@ void flat_add_round_bf16(Stream& stream, const Tensor& dst, const Tensor& src);
 void flat_widen_bf16(Stream& stream, const Tensor& dst, const Tensor& src);
 // dst[i] *= alpha
 void flat_scale(Stream& stream, const Tensor& dst, float alpha);
+
+// Element offsets that split [0, total) into one shard per rank: rank r owns
+// [bounds[r], bounds[r+1]). Every sharded buffer (zero1-3, reduce-scatter,
+// all-gather, in one process or across processes) splits by this one rule.
+std::vector<int64_t> shard_bounds(int64_t total, int ranks);
 
 }  // namespace fanout

@@ -12,11 +12,12 @@
 //             reduce-scattered so each device owns a shard (zero1), unit by unit
 //             during backward into shards that are all a device keeps (zero2),
 //             with the weights sharded too and gathered per unit (zero3; see
-//             engine/parallel/unit_store.h)
+//             engine/parallel/zero/sharded_storage.h)
 // Across processes (ProcessGroup) there is one replica per process: ddp sums
 // whole gradients; zero1/zero2/zero3 shard over the ranks as over devices.
-// The engine knows no model and no optimizer: the layer above supplies replicas,
-// the loss on gathered logits, and the optimizer step on each shard.
+// The engine knows no model and no optimizer: the layer above supplies replicas
+// (which own their loss, on their own rows or on gathered logits) and the update
+// of each shard; the engine closes the step itself (update_shards).
 
 #include <atomic>
 #include <cstdint>
@@ -29,15 +30,11 @@
 
 #include "engine/core/allocator.h"
 #include "engine/core/thread_pool.h"
-#include "engine/parallel/collectives.h"
-#include "engine/parallel/process_group.h"
+#include "engine/distributed/process_group.h"
 #include "engine/parallel/replica.h"
+#include "engine/parallel/strategy.h"
 
 namespace fanout::parallel {
-
-enum class Strategy { dp, zero1, zero2, zero3 };
-const char* strategy_name(Strategy s);
-enum class LossOn { output, replicas };
 
 struct DataParallelOptions {
   std::vector<Device> device_ids;
@@ -52,22 +49,10 @@ struct DataParallelOptions {
   DType grad_comm = DType::f32;
   // Across processes (one replica per process): dp sums gradients over the ranks
   // (ddp); zero1/zero2/zero3 shard over them.
-  ProcessGroup* process_group = nullptr;
+  distributed::ProcessGroup* process_group = nullptr;
   // Test hook, called on each replica's thread as a phase starts ("forward",
   // "backward"); throwing from it simulates a failing device.
   std::function<void(int replica, const std::string& phase)> fault_hook;
-};
-
-// The loss on gathered logits (faithful dp), supplied by the layer above.
-struct LossFunctions {
-  // stats (2) f32 <- {sum of token losses, counted tokens}
-  std::function<void(Stream&, const Tensor& logits, const Tensor& targets, const Tensor& stats,
-                     int32_t ignore_index)>
-      forward;
-  // logits (B, T, V) <- d(loss_sum / normalizer)/d(logits), in place
-  std::function<void(Stream&, const Tensor& logits, const Tensor& targets, int32_t ignore_index,
-                     float normalizer)>
-      backward;
 };
 
 // A batch on the host: (B, T) token ids and targets, row-major.
@@ -114,6 +99,7 @@ struct CommBytes {
 };
 
 class GradBuckets;
+class ReplicaGroup;
 class ShardedStorage;
 class UnitShards;
 
@@ -121,7 +107,7 @@ class DataParallel {
  public:
   using ReplicaFactory = std::function<std::unique_ptr<Replica>(Device device, int index)>;
 
-  DataParallel(const ReplicaFactory& factory, DataParallelOptions options, LossFunctions loss = {});
+  DataParallel(const ReplicaFactory& factory, DataParallelOptions options);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -131,7 +117,7 @@ class DataParallel {
   Replica& primary() { return *replicas_[0]; }
   const DataParallelOptions& options() const { return options_; }
   Device output_device() const { return *options_.output_device; }
-  const char* collectives_name() const { return collectives_->name(); }
+  const char* collectives_name() const;
 
   // Rows per replica for a batch of `rows` (zeros for replicas left idle).
   std::vector<int64_t> split(int64_t rows) const;
@@ -163,7 +149,7 @@ class DataParallel {
 
   // What each replica's optimizer updates after reduce_gradients().
   // dp: one; zero1: one per replica; zero2/zero3: one per replica and unit (each
-  // unit is split evenly over the shards' owners; engine/parallel/unit_store.h).
+  // unit is split evenly over the shards' owners; engine/parallel/zero/sharded_storage.h).
   struct Shard {
     int replica;
     int64_t begin, end;  // elements of the flat buffers
@@ -182,13 +168,18 @@ class DataParallel {
   // state) -> the whole flat buffer on the host; across processes every rank
   // takes part and gets it whole.
   void shards_to_host(const std::vector<Tensor>& per_shard, float* out);
-  // fn on every shard's own thread at once; returns when their streams are done.
-  void run_on_shards(const std::function<void(const Shard&, Replica&)>& fn);
-  // After the optimizer: zero1 all-gathers the parameters; dp marks the
-  // replicas stale, so the next forward broadcasts from the primary.
-  // working_written: the optimizer wrote every shard_working() too, so the
-  // working weights need no second rounding pass before they travel.
-  void finish_step(bool working_written = false);
+
+  // The optimizer's half of a step, after reduce_gradients(). `partial` runs on
+  // every shard's own thread at once; returns the sum of its results over every
+  // shard, in shard order (and, sharded across processes, over every rank): the
+  // global gradient norm's sum of squares, say.
+  double sum_over_shards(const std::function<double(const Shard&, Replica&)>& partial);
+  // `update` runs on every shard's own thread at once and returns whether it
+  // also wrote the shard's working weights (shard_working(): no second rounding
+  // pass is then needed). Then the engine brings every replica up to date --
+  // zero1 all-gathers the weights, zero3 rounds each owner's shard, dp
+  // broadcasts before the next forward -- so no optimizer can leave them stale.
+  void update_shards(const std::function<bool(const Shard&, Replica&)>& update);
 
   // Forward only: the loss sum and counted tokens of a batch.
   LossStats evaluate(const HostBatch& batch, int32_t ignore_index);
@@ -208,6 +199,12 @@ class DataParallel {
   LossStats step_faithful(const HostBatch& batch, const std::vector<int64_t>& rows,
                           int32_t ignore_index, double normalizer, bool last);
   std::vector<Stream*> compute_streams();
+  // fn(k, replica of shard k) for every shard of `sh`, each replica's on its own
+  // thread; returns when their streams are done.
+  void run_on_shards_indexed(const std::vector<Shard>& sh,
+                             const std::function<void(size_t, Replica&)>& fn);
+  // After the update: see update_shards.
+  void finish_step(bool working_written);
   // pool_->run_on, and a failing replica stops the others' waits (zero2/zero3).
   void run_guarded(const std::vector<int>& which, const std::function<void(int)>& fn);
   std::vector<Tensor> grad_buffers();
@@ -224,11 +221,10 @@ class DataParallel {
                             int64_t begin, int64_t end);
 
   DataParallelOptions options_;
-  LossFunctions loss_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<Collectives> collectives_;
+  std::unique_ptr<ReplicaGroup> peers_;  // every sum and gather between replicas
   std::unique_ptr<GradBuckets> buckets_;
   std::unique_ptr<Stream> output_stream_;
   Tensor gathered_, gathered_targets_, output_stats_;

@@ -2,9 +2,9 @@
 // Replica: one model copy on one device, as the DataParallel engine drives it.
 // The engine knows no model: it sees a flat parameter buffer, a flat gradient
 // buffer of the same layout, and forward/backward either through the logits
-// (faithful dp: the caller computes the loss) or through the loss (each replica
-// computes its own loss sum and token count). All work is queued on the replica's
-// compute stream; nothing here waits for it unless it says so.
+// (faithful dp: the logits are gathered and the primary's loss runs on them) or
+// through the loss (each replica computes its own loss sum and token count). All work is queued on
+// the replica's compute stream; nothing here waits for it unless it says so.
 
 #include <cstdint>
 #include <functional>
@@ -12,38 +12,9 @@
 
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
+#include "engine/parallel/unit_store.h"
 
 namespace fanout::parallel {
-
-// A contiguous range of the flat layout that the model uses as a whole: the
-// embedding, one decoder layer, the head. The unit of zero3's gathers and of
-// zero2/zero3's gradient reductions.
-struct ParamUnit {
-  int64_t begin = 0, end = 0;
-};
-
-// Where a replica's weights (zero3) and gradients (zero2, zero3) live when the
-// engine shards them (engine/parallel/unit_store.h). The model brackets every use
-// of a unit's buffers with acquire and release, on its host thread, in the order
-// it queues the work on its compute stream; a buffer is valid for the work queued
-// between the two calls. A unit may be acquired again after its release (forward,
-// then backward).
-class UnitStore {
- public:
-  virtual ~UnitStore() = default;
-  // The unit's working weights, whole: (end - begin) elements of the working
-  // dtype, ready for work queued on the compute stream from now on. `next` (or -1)
-  // is the unit the model will ask for after this one: it is fetched meanwhile.
-  virtual Tensor acquire_weights(int unit, int next) = 0;
-  virtual void release_weights(int unit) = 0;
-  // The f32 gradient accumulator of [begin, end), one of the replica's
-  // grad_ranges() (inside `unit`), for this backward, zeroed; the host waits until
-  // the ranges released before it were reduced and freed.
-  virtual Tensor acquire_grads(int unit, int64_t begin, int64_t end) = 0;
-  // Every gradient of the range for this backward is queued: it is reduced onto
-  // the shards' owners and the buffer freed once that is done.
-  virtual void release_grads(int unit, int64_t begin, int64_t end) = 0;
-};
 
 class Replica {
  public:
@@ -94,6 +65,14 @@ class Replica {
   virtual int64_t vocab_size() const = 0;
   // grads += d(loss)/d(params) given dlogits (B, T, V) for the last forward.
   virtual void backward_from_logits(const Tensor& dlogits) = 0;
+  // The replica's loss on logits gathered from every replica onto another
+  // device (faithful dp, on output_device's stream): the model owns its loss
+  // wherever it runs. stats (2) f32 <- {sum of token losses, counted tokens}.
+  virtual void logits_loss(Stream& stream, const Tensor& logits, const Tensor& targets,
+                           const Tensor& stats, int32_t ignore_index) = 0;
+  // logits (B, T, V) <- d(loss_sum / normalizer)/d(logits), in place.
+  virtual void logits_loss_backward(Stream& stream, const Tensor& logits, const Tensor& targets,
+                                    int32_t ignore_index, float normalizer) = 0;
 
   // inputs, targets (B, T) i32 -> stats (2) f32 = {sum of token losses, counted
   // tokens}; targets equal to ignore_index are not counted.

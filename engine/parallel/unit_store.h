@@ -1,139 +1,43 @@
 #pragma once
-// ShardedStorage: where zero2 keeps gradients and zero3 keeps gradients and
-// weights, one shard per rank (Note [Sharded storage] in unit_store.cpp).
-//   shards    every unit is split evenly over the ranks (UnitShards, as FSDP
-//             shards each flat parameter): rank r keeps its piece of every unit
-//             -- its fp32 gradient sum (zero2, zero3) and, under zero3, its fp32
-//             master weights and their working copy -- packed in one buffer of
-//             each kind. The optimizer steps these pieces.
-//   weights   (zero3) a replica asks for a unit's weights before it runs it; its
-//             fetch stream copies every owner's piece into a unit-sized buffer
-//             (across processes: an all-gather), the next unit is prefetched,
-//             and the buffer is freed once the compute stream is past its use.
-//   grads     a replica's backward accumulates a unit into a unit-sized buffer;
-//             once every replica has queued the unit, it is reduce-scattered on
-//             the comm streams, each owner adds its piece to its shard, and the
-//             buffers are freed.
-// At most `max_units` gathered units exist per replica at once, and a gradient
-// buffer is allocated only once every buffer released before it was reduced and
-// freed: a replica's host thread waits for its streams before it allocates more,
-// so a queue that runs ahead cannot hold the whole model.
+// UnitStore: the interface through which a replica's model reaches the weights
+// and gradients that zero2/zero3 keep sharded (the storage itself:
+// engine/parallel/zero/sharded_storage.h), and ParamUnit, the range of the flat
+// layout each acquire and release is about.
 
-#include <atomic>
-#include <condition_variable>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <vector>
+#include <cstdint>
 
-#include "engine/core/check.h"
-#include "engine/parallel/collectives.h"
-#include "engine/parallel/grad_buckets.h"
-#include "engine/parallel/process_group.h"
-#include "engine/parallel/replica.h"
+#include "engine/core/tensor.h"
 
 namespace fanout::parallel {
 
-// Every unit split evenly over `ranks`: rank r owns [bounds(u)[r], bounds(u)[r+1])
-// of the flat layout for each unit u, kept at offset(u, r) of its shard buffer.
-class UnitShards {
- public:
-  UnitShards(std::vector<ParamUnit> units, int ranks);
-  int ranks() const { return ranks_; }
-  const std::vector<ParamUnit>& units() const { return units_; }
-  const std::vector<int64_t>& bounds(int u) const { return bounds_[u]; }
-  // Unit u's bounds relative to its first element.
-  std::vector<int64_t> relative_bounds(int u) const;
-  int64_t offset(int u, int r) const { return offset_[u][r]; }
-  int64_t size(int r) const { return size_[r]; }
-
- private:
-  std::vector<ParamUnit> units_;
-  int ranks_;
-  std::vector<std::vector<int64_t>> bounds_, offset_;
-  std::vector<int64_t> size_;
+// A contiguous range of the flat layout that the model uses as a whole: the
+// embedding, one decoder layer, the head. The unit of zero3's gathers and of
+// zero2/zero3's gradient reductions.
+struct ParamUnit {
+  int64_t begin = 0, end = 0;
 };
 
-// Thrown at a replica that waited for room while another replica failed the
-// step: the other failure is the one to report.
-class StepAborted : public Error {
+// Where a replica's weights (zero3) and gradients (zero2, zero3) live when the
+// engine shards them (engine/parallel/zero/sharded_storage.h). The model brackets every use
+// of a unit's buffers with acquire and release, on its host thread, in the order
+// it queues the work on its compute stream; a buffer is valid for the work queued
+// between the two calls. A unit may be acquired again after its release (forward,
+// then backward).
+class UnitStore {
  public:
-  using Error::Error;
-};
-
-class ShardedStorage {
- public:
-  struct Options {
-    bool weights = false;        // zero3: the weights are sharded too
-    DType working = DType::f32;  // the dtype the replicas compute with
-    int max_units = 2;           // per replica: gathered units
-  };
-  // replicas: this process's replicas, local rank i = global rank rank0 + i of
-  // shards.ranks(). Sums go through `local` (several replicas) or `group` (one
-  // replica per process).
-  ShardedStorage(const std::vector<Replica*>& replicas, const UnitShards& shards, int rank0,
-                 Collectives* local, ProcessGroup* group, Options options);
-  ~ShardedStorage();
-  ShardedStorage(const ShardedStorage&) = delete;
-  ShardedStorage& operator=(const ShardedStorage&) = delete;
-
-  // What local replica i's model talks to.
-  UnitStore* store(int i);
-
-  // Local replica i's shard buffers, UnitShards::size(rank) elements (master and
-  // working weights exist under zero3 only).
-  Tensor master(int i) const;
-  Tensor working(int i) const;
-  Tensor grads(int i) const;
-
-  // Queued on each replica's compute stream: gradient shards <- 0.
-  void zero_grads();
-  // zero3: working shard <- master shard (rounded), on replica i's compute stream.
-  void master_to_working(int i);
-  // Arms the reductions for one backward; `active[i]`: replica i has rows.
-  void begin_backward(const std::vector<bool>& active, const std::vector<Stream*>& comm);
-  // After the backward was queued: every unit was handed to its reduction.
-  bool all_reduced() const { return buckets_->all_launched(); }
-  void end_backward() { buckets_->disarm(); }
-  // A replica failed mid-step: replicas waiting for room give up (they would wait
-  // for reductions the failed one never joins).
-  void abort();
-  // After a failure, with every stream drained: forget what was held.
-  void reset();
-
-  // Bytes of weights this store moved between devices or sent to other processes.
-  int64_t weight_bytes() const { return weight_bytes_.load(); }
-
- private:
-  struct Slot;
-  class View;
-  Tensor acquire_weights(int i, int unit, int next);
-  void release_weights(int i, int unit);
-  Tensor acquire_grads(int i, int unit, int64_t begin, int64_t end);
-  void release_grads(int i, int unit, int64_t begin, int64_t end);
-  // With slot.mu held (lock): starts gathering `unit` on the fetch stream,
-  // waiting for room first.
-  void gather(int i, int unit, std::unique_lock<std::mutex>& lock);
-  // The reduction of the unit [begin, end), launched by the buckets.
-  void reduce(int64_t begin, int64_t end);
-  // Drops t once `stream` has run everything queued so far, then decrements
-  // `count` under the slot's lock.
-  void free_after(int i, Stream& stream, Tensor t, int Slot::*count);
-
-  std::vector<Replica*> replicas_;
-  const UnitShards& shards_;
-  const std::vector<ParamUnit>& units_;
-  int rank0_;
-  Collectives* local_;
-  ProcessGroup* group_;
-  Options options_;
-  std::vector<std::unique_ptr<Slot>> slots_;
-  std::vector<std::unique_ptr<View>> views_;
-  std::unique_ptr<GradBuckets> buckets_;
-  std::vector<Stream*> comm_;  // of the current backward
-  std::vector<bool> active_;
-  std::atomic<int64_t> weight_bytes_{0};
-  std::atomic<bool> aborted_{false};
+  virtual ~UnitStore() = default;
+  // The unit's working weights, whole: (end - begin) elements of the working
+  // dtype, ready for work queued on the compute stream from now on. `next` (or -1)
+  // is the unit the model will ask for after this one: it is fetched meanwhile.
+  virtual Tensor acquire_weights(int unit, int next) = 0;
+  virtual void release_weights(int unit) = 0;
+  // The f32 gradient accumulator of [begin, end), one of the replica's
+  // grad_ranges() (inside `unit`), for this backward, zeroed; the host waits until
+  // the ranges released before it were reduced and freed.
+  virtual Tensor acquire_grads(int unit, int64_t begin, int64_t end) = 0;
+  // Every gradient of the range for this backward is queued: it is reduced onto
+  // the shards' owners and the buffer freed once that is done.
+  virtual void release_grads(int unit, int64_t begin, int64_t end) = 0;
 };
 
 }  // namespace fanout::parallel

@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/presentation/bench.h"
+#include "apps/bench/bench.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/file_limit_util.h"
 #include "tests/engine/core/file_node_util.h"
@@ -266,7 +266,7 @@ TEST_CASE("bench runs zero2 and zero3 and prints and writes each device's peak b
     }
     results.push_back(b);
   }
-  CHECK(has(r.out, presentation::bench_memory_table(results, 80)));
+  CHECK(has(r.out, bench::bench_memory_table(results, 80)));
   REQUIRE(results[1].mode == "dp");
   const presentation::DevicePeak& primary = results[1].peaks[0];
   for (int i : {2, 3}) {

@@ -2,7 +2,7 @@
 // ranks train, other connections send a hello without the job's secret, one with
 // a wrong secret, garbage, half a frame, or nothing at all (held open). Each is
 // dropped with one warning line on rank 0, and the job trains exactly what it
-// trains alone. The rendezvous's own cases: tests/engine/parallel/test_rendezvous.cpp.
+// trains alone. The rendezvous's own cases: tests/engine/distributed/test_rendezvous.cpp.
 
 #include <doctest/doctest.h>
 
@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "tests/apps/fanout/launch_util.h"
-#include "tests/engine/parallel/rendezvous_test_util.h"
+#include "tests/engine/distributed/rendezvous_test_util.h"
 
 using namespace fanout;
 using namespace fanout::test;

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <random>
 
-#include "apps/train/loss_functions.h"
 #include "apps/train/optimizer.h"
 #include "models/llama_model.h"
 
@@ -75,7 +74,7 @@ RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBat
     if (fused_classifier) m->set_fused_classifier(*fused_classifier);
     return m;
   };
-  parallel::DataParallel dp(factory, options, train::cross_entropy_loss_functions());
+  parallel::DataParallel dp(factory, options);
   RunResult out;
   out.init_params = models::LlamaModel::random_params(config, seed);
   dp.params_from_host(out.init_params.data());

@@ -5,7 +5,6 @@
 
 #include <atomic>
 
-#include "apps/train/loss_functions.h"
 #include "apps/train/optimizer.h"
 #include "engine/core/check.h"
 #include "models/llama_model.h"
@@ -26,7 +25,7 @@ std::unique_ptr<DataParallel> make_dp(DataParallelOptions o) {
     m->init_random(7);
     return m;
   };
-  return std::make_unique<DataParallel>(factory, o, train::cross_entropy_loss_functions());
+  return std::make_unique<DataParallel>(factory, o);
 }
 }  // namespace
 

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cmath>
 
-#include "apps/train/loss_functions.h"
 #include "apps/train/optimizer.h"
 #include "engine/core/check.h"
 #include "models/llama_layout.h"
@@ -39,7 +38,7 @@ std::unique_ptr<DataParallel> make_dp(DataParallelOptions o,
     return std::make_unique<models::LlamaModel>(config, d,
                                                 parallel::replica_lane(ids, i, "compute"), working);
   };
-  auto dp = std::make_unique<DataParallel>(factory, o, train::cross_entropy_loss_functions());
+  auto dp = std::make_unique<DataParallel>(factory, o);
   std::vector<float> init = models::LlamaModel::random_params(config, 7);
   dp->params_from_host(init.data());
   return dp;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/core/cuda_runtime.h"
-#include "engine/parallel/collectives.h"
+#include "engine/parallel/collectives/collectives.h"
 
 using namespace fanout;
 

@@ -1,0 +1,34 @@
+#pragma once
+// One row of `fanout bench`: a mode's figures as bench measures them, writes
+// with --json and the report reads back and draws (bench_svg.h).
+
+#include <string>
+#include <vector>
+
+#include "apps/presentation/device_peak.h"
+#include "apps/presentation/step_times.h"
+#include "engine/core/op_profile.h"
+#include "engine/parallel/data_parallel.h"
+
+namespace fanout::presentation {
+
+struct BenchResult {
+  std::string mode, devices;
+  std::string precision = "fp32", grad_comm = "fp32";
+  // tokens/s and step_s from the median timed step; step: every timed step's
+  // seconds summarised (its quartiles give the spread).
+  double tokens_per_s = 0, step_s = 0, last_loss = 0;
+  StepTimes step;
+  parallel::PhaseTimes phases;  // mean seconds per step
+  parallel::CommBytes comm;     // mean bytes per step, from the engine's counters
+  std::vector<DevicePeak> peaks;
+  // Why the mode did not run to the end ("" when it did): `fanout bench` prints
+  // the reason in its row and goes on with the other modes.
+  std::string failed;
+  // BenchSetup::profile_kernels: one more step after the timed ones, its device
+  // time by kernel class and its wall time (waiting for the devices included).
+  OpTimes kernels;
+  double kernels_step_s = 0;
+};
+
+}  // namespace fanout::presentation
