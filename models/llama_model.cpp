@@ -263,12 +263,11 @@ void LlamaModel::acquire_grads(int unit, int64_t begin, int64_t end) {
 }
 
 void LlamaModel::release_grads(int unit, int64_t begin, int64_t end) {
-  if (store_ == nullptr) {
-    if (grad_ready_) grad_ready_(begin, end);
-    return;
+  if (store_ != nullptr) {
+    FANOUT_ASSERT(grad_ready_, "sharded gradients without a grad-ready callback");
+    unit_grads_[unit] = Tensor();
   }
-  unit_grads_[unit] = Tensor();
-  store_->release_grads(unit, begin, end);
+  if (grad_ready_) grad_ready_(begin, end);
 }
 
 void LlamaModel::params_to_working(int64_t begin, int64_t end) {

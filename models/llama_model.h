@@ -102,7 +102,8 @@ class LlamaModel final : public parallel::Replica {
   Tensor g(int64_t offset, Shape shape) const;
   int unit_of(int64_t offset) const;
   // A unit's buffers, around its use (no-ops without a store, except that
-  // release_grads reports the range as ready for --overlap).
+  // release_grads reports the range final through the grad-ready callback, the
+  // one channel for it: --overlap's buckets, or zero2/zero3's store).
   void acquire_weights(int unit, int next);
   void release_weights(int unit);
   void acquire_grads(int unit, int64_t begin, int64_t end);

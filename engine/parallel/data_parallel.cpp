@@ -68,7 +68,11 @@ DataParallel::DataParallel(const ReplicaFactory& factory, DataParallelOptions op
     so.working = primary().working_dtype();
     unit_shards_ = std::make_unique<UnitShards>(primary().units(), shards);
     store_ = std::make_unique<ShardedStorage>(reps, *unit_shards_, *peers_, so);
-    for (int i = 0; i < n; ++i) replicas_[i]->set_unit_store(store_->store(i), so.weights);
+    for (int i = 0; i < n; ++i) {
+      replicas_[i]->set_unit_store(store_->store(i), so.weights);
+      replicas_[i]->set_grad_ready_callback(
+          [this, i](int64_t begin, int64_t end) { store_->grads_ready(i, begin, end); });
+    }
   }
   if (st != Strategy::zero3) {
     for (auto& r : replicas_) {

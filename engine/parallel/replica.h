@@ -82,11 +82,14 @@ class Replica {
   // The normalizer is the global counted-token total, so replicas agree.
   virtual void backward_from_loss(float normalizer) = 0;
 
-  // Called on the host thread, during backward, each time the gradients of
-  // [begin, end) (elements of grads()) have all been queued on the compute stream
-  // and will not be touched again this step. Ranges arrive in decreasing offset
-  // order and together cover the buffer once. Used to start bucket reductions
-  // early (--overlap). Pass an empty function to disable.
+  // The one channel by which a gradient range becomes final, under every
+  // strategy: called on the host thread, during backward, each time the
+  // gradients of [begin, end) (one of grad_ranges(), elements of the flat
+  // layout) have all been queued on the compute stream and will not be touched
+  // again this step. Ranges arrive in decreasing offset order and together cover
+  // the layout once. The engine starts bucket reductions on it (--overlap) and,
+  // under a unit store (zero2, zero3), reduces and frees the range's buffer;
+  // a replica with a unit store must have one. Pass an empty function to disable.
   using GradReadyFn = std::function<void(int64_t begin, int64_t end)>;
   virtual void set_grad_ready_callback(GradReadyFn fn) = 0;
 };

@@ -22,7 +22,10 @@ struct ParamUnit {
 // of a unit's buffers with acquire and release, on its host thread, in the order
 // it queues the work on its compute stream; a buffer is valid for the work queued
 // between the two calls. A unit may be acquired again after its release (forward,
-// then backward).
+// then backward). A gradient range has no release here: the replica reports it
+// final through its grad-ready callback (Replica::set_grad_ready_callback), the
+// one channel for that under every strategy; the store then reduces it onto the
+// shards' owners and frees its buffer.
 class UnitStore {
  public:
   virtual ~UnitStore() = default;
@@ -33,11 +36,9 @@ class UnitStore {
   virtual void release_weights(int unit) = 0;
   // The f32 gradient accumulator of [begin, end), one of the replica's
   // grad_ranges() (inside `unit`), for this backward, zeroed; the host waits until
-  // the ranges released before it were reduced and freed.
+  // the ranges reported final before it were reduced and freed. Valid until the
+  // replica reports the range final.
   virtual Tensor acquire_grads(int unit, int64_t begin, int64_t end) = 0;
-  // Every gradient of the range for this backward is queued: it is reduced onto
-  // the shards' owners and the buffer freed once that is done.
-  virtual void release_grads(int unit, int64_t begin, int64_t end) = 0;
 };
 
 }  // namespace fanout::parallel

@@ -55,9 +55,6 @@ class ShardedStorage::View final : public UnitStore {
   Tensor acquire_grads(int unit, int64_t begin, int64_t end) override {
     return s_.acquire_grads(i_, unit, begin, end);
   }
-  void release_grads(int unit, int64_t begin, int64_t end) override {
-    s_.release_grads(i_, unit, begin, end);
-  }
 
  private:
   ShardedStorage& s_;
@@ -285,7 +282,7 @@ Tensor ShardedStorage::acquire_grads(int i, int unit, int64_t begin, int64_t end
   return buf;
 }
 
-void ShardedStorage::release_grads(int i, int /*unit*/, int64_t begin, int64_t end) {
+void ShardedStorage::grads_ready(int i, int64_t begin, int64_t end) {
   {
     Slot& slot = *slots_[i];
     std::lock_guard<std::mutex> lock(slot.mu);

@@ -78,6 +78,9 @@ class ShardedStorage {
 
   // What local replica i's model talks to.
   UnitStore* store(int i);
+  // Replica i reported [begin, end) (one of its grad_ranges()) final: its
+  // gradients for this backward are all queued (the engine's grad-ready callback).
+  void grads_ready(int i, int64_t begin, int64_t end);
 
   // Local replica i's shard buffers, UnitShards::size(rank) elements (master and
   // working weights exist under zero3 only).
@@ -109,7 +112,6 @@ class ShardedStorage {
   Tensor acquire_weights(int i, int unit, int next);
   void release_weights(int i, int unit);
   Tensor acquire_grads(int i, int unit, int64_t begin, int64_t end);
-  void release_grads(int i, int unit, int64_t begin, int64_t end);
   // With slot.mu held (lock): starts gathering `unit` on the fetch stream,
   // waiting for room first.
   void gather(int i, int unit, std::unique_lock<std::mutex>& lock);
