@@ -24,6 +24,7 @@
 #include "apps/bench/bench_ddp.h"
 #include "apps/bench/bench_peers.h"
 #include "apps/bench/bench_profile.h"
+#include "apps/bench/bench_report.h"
 #include "apps/bench/bench_table.h"
 #include "apps/data/terminal_text.h"
 #include "apps/fanout/cli_flags.h"
@@ -215,117 +216,6 @@ bench::BenchSetup setup_of(BenchArgs& a, std::vector<parallel::Mode>& modes) {
 
 using Say = std::function<void(const std::string&)>;
 
-// The ratios the comparison is about, each from this one run: the best mode per
-// precision against PyTorch DDP and (bf16) against fanout's fp32 best.
-void say_best(const std::vector<std::string>& precisions,
-              const std::vector<presentation::BenchResult>& ran,
-              const std::vector<bench::PeerRow>& peers, const Say& say) {
-  auto best_of = [&](const std::string& precision) {
-    const presentation::BenchResult* best = nullptr;
-    for (const auto& r : ran)
-      if (r.precision == precision && (!best || r.tokens_per_s > best->tokens_per_s)) best = &r;
-    return best;
-  };
-  auto peer_of = [&](const std::string& precision) -> const bench::PeerRow* {
-    for (const auto& p : peers)
-      if (p.status == "ok" && p.precision == precision && p.label.rfind("PyTorch DDP", 0) == 0)
-        return &p;
-    return nullptr;
-  };
-  for (const std::string& precision : precisions) {
-    const presentation::BenchResult* best = best_of(precision);
-    if (!best) continue;
-    std::string line = presentation::strf("fanout %s best: %s, %.0f tokens/s %s", precision.c_str(),
-                                          best->mode.c_str(), best->tokens_per_s,
-                                          presentation::step_times_spread_str(best->step).c_str());
-    if (const bench::PeerRow* p = peer_of(precision))
-      line += presentation::strf(" = %.2fx PyTorch DDP %s", best->tokens_per_s / p->tokens_per_s,
-                                 precision == "bf16" ? "bf16 autocast" : "fp32");
-    const presentation::BenchResult* f32 = best_of("fp32");
-    if (precision == "bf16" && f32)
-      line +=
-          presentation::strf(" = %.2fx fanout fp32 best", best->tokens_per_s / f32->tokens_per_s);
-    say(line);
-  }
-}
-
-// --svg: the tokens/s picture of the rows that ran and the peers.
-void write_svg(const BenchArgs& a, const bench::BenchSetup& setup,
-               const std::vector<presentation::BenchResult>& memory_rows,
-               const std::vector<bench::PeerRow>& peers, double base_tps, const Say& say) {
-  auto speedup = [&](double tps) { return base_tps > 0 ? tps / base_tps : 0.0; };
-  std::vector<presentation::SvgRow> rows;
-  for (const auto& r : memory_rows)
-    rows.push_back(
-        {bench::bench_row_label(r), r.tokens_per_s, speedup(r.tokens_per_s), true, r.phases});
-  for (const auto& p : peers) {
-    if (p.status == "ok")
-      rows.push_back({p.label, p.tokens_per_s, speedup(p.tokens_per_s), false, {}});
-  }
-  char subtitle[256];
-  std::snprintf(subtitle, sizeof subtitle, "%.2fM parameters, global batch %lld x %lld, %s",
-                setup.config.num_parameters() / 1e6, static_cast<long long>(a.batch_size),
-                static_cast<long long>(a.seq_len), devices_str(setup.devices).c_str());
-  file_write_atomic(
-      a.svg, presentation::bench_svg("fanout bench: data-parallel modes", subtitle, rows), "--svg");
-  say("picture written to " + a.svg);
-}
-
-// --json: every row's figures, the peers, and the mfu and kernel reports asked for.
-void write_json(const BenchArgs& a, const bench::BenchSetup& setup,
-                const presentation::BenchResult& base,
-                const std::vector<presentation::BenchResult>& results,
-                const std::vector<presentation::BenchResult>& ran,
-                const std::vector<bench::PeerRow>& peers, double base_tps,
-                const nlohmann::json& mfu, const nlohmann::json& kernels, const Say& say) {
-  nlohmann::json rows = nlohmann::json::array();
-  rows.push_back(bench::bench_row_json(base, base_tps, ran));
-  for (const auto& r : results) rows.push_back(bench::bench_row_json(r, base_tps, ran));
-  for (const auto& p : peers) {
-    nlohmann::json j = {
-        {"mode", p.label}, {"peer", true}, {"precision", p.precision}, {"status", p.status}};
-    if (p.status == "ok") {
-      j["tokens_per_s"] = p.tokens_per_s;
-    } else {
-      j["reason"] = p.reason;
-    }
-    rows.push_back(j);
-  }
-  nlohmann::json doc = {{"parameters", setup.config.num_parameters()},
-                        {"batch_size", a.batch_size},
-                        {"seq_len", a.seq_len},
-                        {"steps", a.steps},
-                        {"min_seconds", a.min_seconds},
-                        {"warmup", a.warmup},
-                        {"devices", devices_str(setup.devices)},
-                        {"results", rows}};
-  if (a.mfu) doc["mfu"] = mfu;
-  if (a.kernels) doc["kernels"] = kernels;
-  file_write_atomic(a.json, doc.dump(2) + "\n", "--json");
-  say("figures written to " + a.json);
-}
-
-// A failed fanout row fails the bench (after every other row ran and was written);
-// a skipped or failed PyTorch peer does not. Returns the exit code.
-int exit_code_of(const presentation::BenchResult& base,
-                 const std::vector<presentation::BenchResult>& results) {
-  // a skipped or failed PyTorch peer does not.
-  std::string failed;
-  int n_failed = 0;
-  auto note = [&](const presentation::BenchResult& r) {
-    if (r.failed.empty()) return;
-    failed += (failed.empty() ? "" : ", ") + bench::bench_row_label(r);
-    ++n_failed;
-  };
-  note(base);
-  for (const auto& r : results) note(r);
-  if (failed.empty()) return 0;
-  std::fflush(stdout);
-  std::fprintf(stderr, "fanout: error: %d of %zu rows failed (%s); each row above says why\n",
-               n_failed, results.size() + 1, failed.c_str());
-  return 1;
-}
-
 int run_bench(const BenchArgs& given) {
   BenchArgs a = given;
   std::vector<parallel::Mode> modes;
@@ -406,7 +296,7 @@ int run_bench(const BenchArgs& given) {
   std::fputs(bench::bench_phase_table(table, ranked).c_str(), stdout);
   if (width > 0) std::printf("\n");
   std::fputs(bench::bench_ranking_line(ranked, width).c_str(), stdout);
-  say_best(precisions, ran, peers, say);
+  for (const std::string& line : bench::bench_best_lines(precisions, ran, peers)) say(line);
   const nlohmann::json mfu =
       a.mfu ? bench::bench_mfu_report(setup, ran, precisions, width) : nlohmann::json::array();
   const nlohmann::json kernels =
@@ -425,9 +315,23 @@ int run_bench(const BenchArgs& given) {
   }
   // Speed-ups over the baseline; none where it failed.
   const double base_tps = base.failed.empty() ? base.tokens_per_s : 0;
-  if (!a.svg.empty()) write_svg(a, setup, memory_rows, peers, base_tps, say);
-  if (!a.json.empty()) write_json(a, setup, base, results, ran, peers, base_tps, mfu, kernels, say);
-  return exit_code_of(base, results);
+  if (!a.svg.empty()) {
+    file_write_atomic(a.svg, bench::bench_svg_page(setup, memory_rows, peers, base_tps), "--svg");
+    say("picture written to " + a.svg);
+  }
+  if (!a.json.empty()) {
+    const nlohmann::json doc =
+        bench::bench_json_document(setup, base, results, ran, peers, base_tps,
+                                   a.mfu ? &mfu : nullptr, a.kernels ? &kernels : nullptr);
+    file_write_atomic(a.json, doc.dump(2) + "\n", "--json");
+    say("figures written to " + a.json);
+  }
+  // A failed fanout row fails the bench, after every other row ran and was written.
+  const std::string failed = bench::bench_failures(base, results);
+  if (failed.empty()) return 0;
+  std::fflush(stdout);
+  std::fprintf(stderr, "fanout: error: %s; each row above says why\n", failed.c_str());
+  return 1;
 }
 
 int run_bench_ops(const BenchArgs& a) {
