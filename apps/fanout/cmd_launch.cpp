@@ -19,10 +19,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
