@@ -15,10 +15,14 @@ std::string EvalResult::str() const {
   return line;
 }
 
+data::DataLoader held_out_loader(const Setup& s) {
+  return data::DataLoader(s.val_data, s.micro_rows, s.o.seq_len, s.o.packing == "on", false, 0,
+                          models::kIgnoreIndex);
+}
+
 EvalResult evaluate_held_out(parallel::DataParallel& dp, const Setup& s,
                              distributed::ProcessGroup* group) {
-  data::DataLoader loader(s.val_data, s.micro_rows, s.o.seq_len, s.o.packing == "on", false, 0,
-                          models::kIgnoreIndex);
+  data::DataLoader loader = held_out_loader(s);
   int64_t n = loader.batches_per_epoch();
   if (s.o.val_batches > 0) n = std::min(n, s.o.val_batches);
   double sums[2] = {0, 0};  // loss sum, counted tokens

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "apps/data/data_loader.h"
 #include "apps/train/train_setup.h"
 #include "engine/distributed/process_group.h"
 #include "engine/parallel/data_parallel.h"
@@ -18,6 +19,9 @@ struct EvalResult {
   // "held-out loss 2.1234 over 4 batches (8192 tokens)"
   std::string str() const;
 };
+
+// The run's held-out batches, in order, unshuffled: what every evaluation reads.
+data::DataLoader held_out_loader(const Setup& s);
 
 // The run's held-out data under the engine (every rank takes part: it is collective).
 EvalResult evaluate_held_out(parallel::DataParallel& dp, const Setup& s,

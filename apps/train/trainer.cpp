@@ -99,8 +99,8 @@ TrainingOptions training_options(const Setup& s, distributed::ProcessGroup* grou
   t.overlap = o.overlap;
   t.bucket_mb = o.bucket_mb;
   t.group = group;
-  t.grad_comm = o.grad_comm == "bf16" ? DType::bf16 : DType::f32;
-  t.working = o.precision == "bf16" ? DType::bf16 : DType::f32;
+  t.grad_comm = precision_dtype(o.grad_comm, "--grad-comm");
+  t.working = precision_dtype(o.precision);
   t.adam.lr = static_cast<float>(o.lr), t.adam.beta1 = static_cast<float>(o.beta1);
   t.adam.beta2 = static_cast<float>(o.beta2), t.adam.eps = static_cast<float>(o.eps);
   t.adam.weight_decay = static_cast<float>(o.weight_decay);
@@ -128,8 +128,8 @@ std::vector<std::string> header_lines(const Setup& s, distributed::ProcessGroup*
       static_cast<long long>(s.train_data.token_count() + s.held_out), o.out.c_str());
   std::vector<std::string> lines{header};
   if (s.devices[0].is_cuda()) {
-    const DType working = o.precision == "bf16" ? DType::bf16 : DType::f32;
-    lines.push_back(std::string("attention: ") + ops::attention_describe(s.devices[0], working));
+    lines.push_back(std::string("attention: ") +
+                    ops::attention_describe(s.devices[0], precision_dtype(o.precision)));
   }
   if (s.tokenizer_beside) {
     lines.push_back("tokenizer: " + s.tokenizer->describe() + " (" + s.tokenizer_from +
@@ -455,9 +455,7 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
   for (const std::string& name : cleaned)
     run.say("removed " + name + " (left by an interrupted write)");
   if (s.has_val) {
-    const int64_t batches = data::DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on",
-                                             false, 0, models::kIgnoreIndex)
-                                .batches_per_epoch();
+    const int64_t batches = held_out_loader(s).batches_per_epoch();
     if (o.val_batches > 0 && o.val_batches < batches) {
       run.say("held-out loss over the first " + std::to_string(o.val_batches) + " of " +
               std::to_string(batches) + " batches (--val-batches)");
