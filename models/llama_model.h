@@ -2,7 +2,8 @@
 // LlamaModel: the hand-written Llama of DESIGN.md §3 on one device — flat
 // parameters and gradients (LlamaLayout), an activation arena sized from the
 // batch, forward to logits or to the loss, and backward from either, written op
-// by op. It is the engine's Replica: DataParallel drives copies of it.
+// by op. It is the engine's Replica: DataParallel drives copies of it; and its
+// PipeStage: a Pipeline drives pieces of it (Note [Pipeline stages]).
 
 #include <cstdint>
 #include <functional>
@@ -12,6 +13,7 @@
 
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
+#include "engine/parallel/pipeline/stage.h"
 #include "engine/parallel/replica.h"
 #include "models/llama_config.h"
 #include "models/llama_layout.h"
@@ -20,7 +22,7 @@ namespace fanout::models {
 
 constexpr int32_t kIgnoreIndex = -100;  // targets not counted by the loss (PyTorch's default)
 
-class LlamaModel final : public parallel::Replica {
+class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
  public:
   // stream_name: the compute stream's trace lane (default "<device> compute").
   // working: the dtype of the working weights and of the activations that feed
@@ -38,6 +40,13 @@ class LlamaModel final : public parallel::Replica {
   bool fused_classifier() const { return fused_classifier_; }
   const LlamaLayout& layout() const { return layout_; }
   DType working_dtype() const override { return working_dtype_; }
+  // Note [Pipeline stages]: hold and run only units [first_unit, last_unit) of
+  // units(). Before any buffer exists; not with a unit store.
+  void set_stage(int first_unit, int last_unit);
+  // Note [Recompute]: keep each layer's input only and compute its forward again
+  // inside backward (bit-identical results). Before the first forward.
+  void set_recompute(bool on);
+  bool recompute() const { return recompute_; }
 
   // Normal(0, 0.02) for matrices and embeddings, ones for norms; depends only on
   // the seed (each tensor has its own generator), not on the device. The working
@@ -79,14 +88,43 @@ class LlamaModel final : public parallel::Replica {
   void backward_from_loss(float normalizer) override;
   void set_grad_ready_callback(GradReadyFn fn) override { grad_ready_ = std::move(fn); }
 
+  // --- PipeStage ---
+  parallel::ParamUnit stage_range() const override { return {base_, top_}; }
+  int64_t hidden_size() const override { return config_.hidden_size; }
+  Tensor tied_weights() override { return tied_w_; }
+  Tensor tied_grads() override { return tied_g_; }
+  void reserve_slots(int slots, int64_t rows, int64_t seq_len, bool split_backward) override;
+  void use_slot(int slot) override;
+  void stage_forward(const Tensor& inputs, int64_t B, int64_t T, const Tensor& targets,
+                     const Tensor& stats, int32_t ignore_index) override;
+  Tensor stage_output() override;
+  void stage_backward(const Tensor& dout, float normalizer, bool split) override;
+  void backward_weight() override;
+  Tensor stage_input_grad() override;
+
  private:
-  struct Arena;
-  // Up to the final norm; then the head: f32 logits (N, V), or, fused, bf16 logits
-  // rows ld_ apart.
+  struct Arena;  // models/llama_arena.h
+  std::unique_ptr<Arena> make_arena(int64_t tokens) const;
+  // The stage's units up to the final norm (inputs: tokens with the embedding, the
+  // hidden state entering the stage without); then the head: f32 logits (N, V),
+  // or, fused, bf16 logits rows ld_ apart.
   void forward_hidden(const Tensor& inputs, int64_t B, int64_t T);
+  void forward_layer(int64_t l);
   void forward_head(bool fused);
-  // From dlogits (N rows ld apart) down.
-  void backward_hidden(const Tensor& dlogits, int64_t ld);
+  // The loss of the current slot's batch (forward_loss, the last stage) and its
+  // gradient: the logits' gradient, rows ld apart, that backward_hidden reads.
+  void forward_loss_head(const Tensor& targets, const Tensor& stats, int32_t ignore_index);
+  std::pair<Tensor, int64_t> loss_backward(float normalizer);
+  // From dlogits (N rows ld apart; the head's stage) or from the arena's dres
+  // (the next stage's input gradient) down; split: Note [Split backward].
+  void backward_hidden(const Tensor& dlogits, int64_t ld, bool split = false);
+  void backward_head(const Tensor& dlogits, int64_t ld, bool split);
+  void backward_layer(int64_t l, bool split);
+  void backward_embedding();
+  // The stage's units and layers: units_[first_unit_, last_unit_), layers [l0_, l1_).
+  bool has_embedding() const { return first_unit_ == 0; }
+  bool has_head() const { return last_unit_ == static_cast<int>(units_.size()); }
+  bool whole() const { return has_embedding() && has_head(); }
   // The flat weights (unless zero3's store holds them) and gradients (unless a
   // store holds them), allocated at first use (Note [Lazy flat buffers]).
   void ensure_params();
@@ -97,7 +135,9 @@ class LlamaModel final : public parallel::Replica {
   void table_grad_in_parts(int unit, int64_t table,
                            const std::function<void(const Tensor&, int64_t, int64_t)>& fn);
   // Working weights (what forward and backward read) and f32 gradients: views of
-  // the flat buffers, or of the unit's buffers under a unit store.
+  // the flat buffers (offsets of the whole layout; a stage's buffers start at
+  // base_, and a tied lm_head outside it reads tied_w_), or of the unit's buffers
+  // under a unit store.
   Tensor w(int64_t offset, Shape shape) const;
   Tensor g(int64_t offset, Shape shape) const;
   int unit_of(int64_t offset) const;
@@ -129,12 +169,16 @@ class LlamaModel final : public parallel::Replica {
   std::vector<Tensor> unit_weights_, unit_grads_;  // under the store, while acquired
   std::vector<int64_t> unit_grads_base_;           // the flat offset of unit_grads_[u][0]
   bool head_held_ = false;  // forward keeps the head's weights for the backward that follows
-  std::unique_ptr<Arena> arena_;
+  // One activation arena per slot (one outside pipelines); arena_ is the current.
+  std::vector<std::unique_ptr<Arena>> arenas_;
+  Arena* arena_ = nullptr;
   GradReadyFn grad_ready_;
-  // The last forward's batch.
-  int64_t B_ = 0, T_ = 0;
-  Tensor inputs_, targets_;
-  int32_t ignore_index_ = kIgnoreIndex;
+  // Note [Pipeline stages]: the units and layers held, and their flat range.
+  int first_unit_ = 0, last_unit_ = 0;
+  int64_t l0_ = 0, l1_ = 0, base_ = 0, top_ = 0;
+  Tensor tied_w_, tied_g_;  // a tied lm_head on a stage without the embedding
+  bool recompute_ = false;
+  bool split_backward_ = false;  // slots keep the weight GEMMs' output gradients
 };
 
 }  // namespace fanout::models

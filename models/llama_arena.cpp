@@ -1,0 +1,68 @@
+#include "models/llama_arena.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace fanout::models {
+
+LlamaModel::Arena::Arena(const LlamaConfig& c, Device device, DType X, const Shape& shape)
+    : capacity(shape.tokens) {
+  const int64_t N = shape.tokens, C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t Hd = c.num_attention_heads * c.head_dim, KVd = c.num_key_value_heads * c.head_dim;
+  const int64_t H = c.num_attention_heads, L = c.num_hidden_layers;
+  // Two passes: count, then carve.
+  int64_t total[2] = {0, 0};  // f32, X
+  std::vector<std::tuple<Tensor*, int64_t, int>> plan;
+  auto want = [&](Tensor* t, int64_t numel, DType d) {
+    int which = d == DType::f32 ? 0 : 1;
+    plan.emplace_back(t, numel, which);
+    total[which] += (numel + 31) / 32 * 32;  // 64-byte aligned views
+  };
+  const DType F = DType::f32;
+  res.resize(L + 1);
+  layers.resize(L);
+  for (int64_t l = shape.l0; l <= shape.l1; ++l) want(&res[l], N * C, F);
+  auto want_layer = [&](Layer& l) {
+    want(&l.res_mid, N * C, F), want(&l.ln1, N * C, X), want(&l.rstd1, N, F);
+    want(&l.q, N * Hd, X), want(&l.k, N * KVd, X), want(&l.v, N * KVd, X);
+    want(&l.att, N * Hd, X), want(&l.lse, N * H, F), want(&l.ln2, N * C, X);
+    want(&l.rstd2, N, F), want(&l.gate, N * I, X), want(&l.up, N * I, X);
+    want(&l.act, N * I, X);
+  };
+  // Note [Recompute]: one set of layer buffers, shared once carved (below).
+  for (int64_t l = shape.l0; l < (shape.recompute ? std::min(shape.l0 + 1, shape.l1) : shape.l1);
+       ++l)
+    want_layer(layers[l]);
+  auto want_grads = [&](LayerGrads& g, bool split) {
+    want(&g.dq, N * Hd, X), want(&g.dk, N * KVd, X), want(&g.dv, N * KVd, X);
+    want(&g.dgate, N * I, X), want(&g.dup, N * I, X);
+    if (split) want(&g.dres_o, N * C, X), want(&g.dres_down, N * C, X);
+  };
+  layer_grads.resize(shape.split ? L : 1);
+  if (shape.split)
+    for (int64_t l = shape.l0; l < shape.l1; ++l) want_grads(layer_grads[l], true);
+  else
+    want_grads(layer_grads[0], false);
+  if (shape.head) {
+    want(&lnf, N * C, X), want(&rstdf, N, F);
+    if (shape.fused)
+      want(&logits_x, N * shape.ld, X), want(&lse_head, N, F);
+    else
+      want(&logits, N * V, F);
+    if (X != F && !shape.fused) want(&dlogits_x, N * V, X);
+  }
+  want(&tmp_c, N * C, F), want(&dres, N * C, F), want(&dln, N * C, F), want(&datt, N * Hd, F);
+  want(&dact, N * I, F);
+  if (X != F) want(&dres_x, N * C, X);
+  storage_f32 = Tensor::empty({total[0]}, F, device, MemTag::activations);
+  if (total[1] > 0) storage_x = Tensor::empty({total[1]}, X, device, MemTag::activations);
+  int64_t at[2] = {0, 0};
+  for (auto& [t, numel, which] : plan) {
+    *t = (which == 0 ? storage_f32 : storage_x).view(at[which], {numel});
+    at[which] += (numel + 31) / 32 * 32;
+  }
+  if (shape.recompute)
+    for (int64_t l = shape.l0 + 1; l < shape.l1; ++l) layers[l] = layers[shape.l0];
+}
+
+}  // namespace fanout::models

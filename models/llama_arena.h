@@ -1,0 +1,61 @@
+#pragma once
+// LlamaModel's activation arena: every activation backward needs, per layer,
+// plus shared backward scratch and the micro-batch it was computed for. Internal
+// to models/llama_model*.cpp.
+
+#include <cstdint>
+#include <vector>
+
+#include "models/llama_model.h"
+
+namespace fanout::models {
+
+// One allocation per dtype carved into views, sized for `capacity` tokens (B*T)
+// of the stage's layers [l0, l1) (and the head when it holds it). X is the
+// working dtype (Note [Mixed precision]).
+struct LlamaModel::Arena {
+  struct Layer {
+    Tensor res_mid, ln1, rstd1, q, k, v, att, lse, ln2, rstd2, gate, up, act;
+  };
+  // The output gradients the weight GEMMs read: one shared set, or one per layer
+  // when the weight gradients wait for backward_weight (Note [Split backward]);
+  // dres_o and dres_down (d(residual) as o_proj and down_proj read it) only then.
+  struct LayerGrads {
+    Tensor dq, dk, dv, dgate, dup, dres_o, dres_down;
+  };
+  struct Shape {
+    int64_t tokens = 0;  // capacity
+    int64_t l0 = 0, l1 = 0;
+    bool head = true, fused = false, recompute = false, split = false;
+    int64_t ld = 0;  // the logits' row stride
+  };
+  Arena(const LlamaConfig& c, Device device, DType X, const Shape& shape);
+
+  int64_t capacity = 0;  // tokens (B*T)
+  Tensor storage_f32, storage_x;
+  std::vector<Tensor> res;  // L + 1 residual streams (those of the stage's layers)
+  // The stage's layers; under recompute (Note [Recompute]) they share one set of
+  // buffers, which holds the activations of live_layer.
+  std::vector<Layer> layers;
+  std::vector<LayerGrads> layer_grads;  // one, or one per layer under split
+  int64_t live_layer = -1;
+  // The head: f32 logits, or under the fused classifier bf16 logits (N rows ld
+  // apart, their gradient in place) and each row's lse.
+  Tensor lnf, rstdf, logits, logits_x, lse_head;
+  // scratch
+  Tensor tmp_c, dres, dln, datt, dact;
+  // bf16 only: the GEMM-side copies of dres and (unfused) of dlogits
+  Tensor dres_x, dlogits_x;
+  // The micro-batch these activations belong to, and the logits' gradient the
+  // head's weight gradient reads (split backward).
+  int64_t B = 0, T = 0;
+  Tensor inputs, targets;
+  int32_t ignore_index = kIgnoreIndex;
+  Tensor dlogits;
+  int64_t dlogits_ld = 0;
+  LayerGrads& grads_of(int64_t l) {
+    return layer_grads.size() == 1 ? layer_grads[0] : layer_grads[l];
+  }
+};
+
+}  // namespace fanout::models
