@@ -21,9 +21,16 @@ std::vector<DecayRun> decay_runs(const models::LlamaLayout& layout) {
   return runs;
 }
 
+Optimizer::Optimizer(parallel::ShardSet& shards, std::vector<DecayRun> runs,
+                     ops::AdamWConfig config)
+    : set_(shards), runs_(std::move(runs)), config_(config) {}
+
 Optimizer::Optimizer(parallel::DataParallel& dp, std::vector<DecayRun> runs,
                      ops::AdamWConfig config)
-    : dp_(dp), runs_(std::move(runs)), config_(config) {}
+    : owned_(parallel::data_parallel_shards(dp)),
+      set_(*owned_),
+      runs_(std::move(runs)),
+      config_(config) {}
 
 // Note [Lazy optimizer state]: m and v are allocated at the first step (or when
 // a checkpoint's state is loaded), as torch.optim.AdamW does, so a run that does
@@ -31,14 +38,15 @@ Optimizer::Optimizer(parallel::DataParallel& dp, std::vector<DecayRun> runs,
 // memory before the first step is what the model alone takes.
 void Optimizer::ensure_state() {
   if (!state_.empty()) return;
-  for (const auto& shard : dp_.shards()) {
-    ShardState s{shard.replica, shard.begin, shard.end, {}, {}, {}};
-    Device d = dp_.replica(shard.replica).device();
-    int64_t n = std::max<int64_t>(shard.end - shard.begin, 1);
+  const std::vector<parallel::ParamUnit> shards = set_.shards();
+  for (int i = 0; i < static_cast<int>(shards.size()); ++i) {
+    ShardState s{shards[i].begin, shards[i].end, {}, {}, {}};
+    Device d = set_.shard_device(i);
+    int64_t n = std::max<int64_t>(s.end - s.begin, 1);
     s.m = Tensor::empty({n}, DType::f32, d, MemTag::optimizer);
     s.v = Tensor::empty({n}, DType::f32, d, MemTag::optimizer);
     s.norm = Tensor::empty({1}, DType::f32, d, MemTag::optimizer);
-    Stream& stream = dp_.replica(shard.replica).compute_stream();
+    Stream& stream = set_.shard_stream(i);
     flat_fill(stream, s.m, 0.0f);
     flat_fill(stream, s.v, 0.0f);
     stream.synchronize();
@@ -48,34 +56,26 @@ void Optimizer::ensure_state() {
 
 double Optimizer::step(int64_t step, float lr, double clip) {
   ensure_state();
-  auto state_of = [&](const parallel::DataParallel::Shard& shard) -> ShardState& {
-    auto it = std::find_if(state_.begin(), state_.end(), [&](const ShardState& s) {
-      return s.replica == shard.replica && s.begin == shard.begin;
-    });
-    FANOUT_ASSERT(it != state_.end(), "no optimizer state for the shard at ", shard.begin);
-    return *it;
-  };
   // The global norm from every shard's sum of squares (the engine adds them up,
   // across processes too).
-  const double total =
-      dp_.sum_over_shards([&](const parallel::DataParallel::Shard& shard, parallel::Replica& rep) {
-        ShardState& s = state_of(shard);
-        if (s.end <= s.begin) return 0.0;
-        Stream& stream = rep.compute_stream();
-        ops::norm_squared(stream, s.norm, dp_.shard_grads(shard), s.end - s.begin);
-        return static_cast<double>(tensor_to_vector<float>(stream, s.norm)[0]);
-      });
+  const double total = set_.sum_over_shards([&](int i) {
+    ShardState& s = state_[i];
+    if (s.end <= s.begin) return 0.0;
+    Stream& stream = set_.shard_stream(i);
+    ops::norm_squared(stream, s.norm, set_.shard_grads(i), s.end - s.begin);
+    return static_cast<double>(tensor_to_vector<float>(stream, s.norm)[0]);
+  });
   double norm = std::sqrt(total);
   if (!std::isfinite(norm)) return norm;
   float scale = clip > 0 ? ops::clip_coefficient(norm, clip) : 1.0f;
   // bf16: the update writes the working copy in the same pass (one read of the
   // master instead of two), unless some shard has none to write (zero3). The
   // engine then brings the replicas up to date itself.
-  dp_.update_shards([&](const parallel::DataParallel::Shard& shard, parallel::Replica& rep) {
-    ShardState& s = state_of(shard);
-    Stream& stream = rep.compute_stream();
-    Tensor params = dp_.shard_params(shard), grads = dp_.shard_grads(shard);
-    Tensor working = dp_.shard_working(shard);
+  set_.update_shards([&](int i) {
+    ShardState& s = state_[i];
+    Stream& stream = set_.shard_stream(i);
+    Tensor params = set_.shard_params(i), grads = set_.shard_grads(i);
+    Tensor working = set_.shard_working(i);
     for (const DecayRun& run : runs_) {
       int64_t lo = std::max(run.begin, s.begin), hi = std::min(run.end, s.end);
       if (lo >= hi) continue;
@@ -92,24 +92,25 @@ double Optimizer::step(int64_t step, float lr, double clip) {
 }
 
 void Optimizer::state_to_host(std::vector<float>& m, std::vector<float>& v) {
-  int64_t P = dp_.primary().num_params();
+  int64_t P = set_.num_params();
   m.assign(P, 0.0f);
   v.assign(P, 0.0f);
   if (state_.empty()) return;  // no step yet: AdamW's state is zero
   std::vector<Tensor> ms, vs;
   for (ShardState& s : state_) ms.push_back(s.m), vs.push_back(s.v);
-  dp_.shards_to_host(ms, m.data());
-  dp_.shards_to_host(vs, v.data());
+  set_.shards_to_host(ms, m.data());
+  set_.shards_to_host(vs, v.data());
 }
 
 void Optimizer::state_from_host(const std::vector<float>& m, const std::vector<float>& v) {
-  int64_t P = dp_.primary().num_params();
+  int64_t P = set_.num_params();
   FANOUT_CHECK(static_cast<int64_t>(m.size()) == P && static_cast<int64_t>(v.size()) == P,
                "optimizer state holds ", m.size(), " values, the model ", P);
   ensure_state();
-  for (ShardState& s : state_) {
+  for (size_t i = 0; i < state_.size(); ++i) {
+    ShardState& s = state_[i];
     if (s.end <= s.begin) continue;
-    Stream& stream = dp_.replica(s.replica).compute_stream();
+    Stream& stream = set_.shard_stream(static_cast<int>(i));
     tensor_upload(stream, s.m.view(0, {s.end - s.begin}), m.data() + s.begin);
     tensor_upload(stream, s.v.view(0, {s.end - s.begin}), v.data() + s.begin);
   }

@@ -1,14 +1,17 @@
 #pragma once
-// AdamW over the DataParallel engine's shards, with fp32 state that lives on the
-// device that owns each shard (dp: the primary holds all of it; zero1: each
-// device 1/N). A step: the global gradient norm from per-shard partial sums of
-// squares, torch's clip_grad_norm_ factor, AdamW on every shard with weight decay
-// only on tensors of >= 2 dims; the engine then brings the replicas up to date.
+// AdamW over an engine's shards (engine/parallel/shard_set.h), with fp32 state
+// that lives on the device that owns each shard (dp: the primary holds all of
+// it; zero1: each device 1/N; a pipeline: each stage its own). A step: the global gradient norm
+// from per-shard partial sums of squares, torch's clip_grad_norm_ factor, AdamW on every shard with
+// weight decay only on tensors of >= 2 dims; the engine then brings the replicas up to date.
 
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+
 #include "engine/parallel/data_parallel.h"
+#include "engine/parallel/shard_set.h"
 #include "models/llama_layout.h"
 #include "ops/adamw.h"
 
@@ -23,6 +26,8 @@ std::vector<DecayRun> decay_runs(const models::LlamaLayout& layout);
 
 class Optimizer {
  public:
+  // shards: the engine's (it outlives the optimizer).
+  Optimizer(parallel::ShardSet& shards, std::vector<DecayRun> runs, ops::AdamWConfig config);
   Optimizer(parallel::DataParallel& dp, std::vector<DecayRun> runs, ops::AdamWConfig config);
 
   // After dp.reduce_gradients(). Returns the pre-clip global gradient norm; when
@@ -36,11 +41,11 @@ class Optimizer {
  private:
   void ensure_state();
   struct ShardState {
-    int replica;
     int64_t begin, end;
     Tensor m, v, norm;
   };
-  parallel::DataParallel& dp_;
+  std::unique_ptr<parallel::ShardSet> owned_;  // DataParallel's, made here
+  parallel::ShardSet& set_;
   std::vector<DecayRun> runs_;
   ops::AdamWConfig config_;
   std::vector<ShardState> state_;
