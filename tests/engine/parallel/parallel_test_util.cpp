@@ -4,6 +4,7 @@
 #include <random>
 
 #include "apps/train/optimizer.h"
+#include "engine/parallel/pipeline/balance.h"
 #include "models/llama_model.h"
 
 namespace fanout::test {
@@ -100,6 +101,68 @@ RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBat
   }
   out.final_params.assign(layout.total(), 0.0f);
   dp.params_to_host(out.final_params.data());  // zero1 bf16 and zero3: from the shards' owners
+  return out;
+}
+
+std::unique_ptr<parallel::Pipeline> make_pipeline(const PipelineSetup& setup,
+                                                  const models::LlamaConfig& config,
+                                                  DType working) {
+  parallel::PipelineOptions o;
+  const int n = setup.stages * setup.replicas;
+  std::string devices = setup.devices;
+  if (devices.empty())
+    for (int i = 0; i < n; ++i) devices += (i ? ",cpu:" : "cpu:") + std::to_string(i);
+  o.devices = devices_parse(devices);
+  o.stages = setup.stages;
+  o.micro_batches = setup.micro_batches;
+  o.schedule = setup.schedule;
+  o.cut = setup.cut;
+  if (o.cut.empty()) {
+    models::LlamaModel probe(config, cpu_device(0));
+    std::vector<double> costs;
+    for (const auto& u : probe.units()) costs.push_back(static_cast<double>(u.end - u.begin));
+    o.cut = parallel::balance_cut(costs, setup.stages);
+  }
+  o.fault_hook = setup.fault_hook;
+  o.delay_hook = setup.delay_hook;
+  const bool recompute = setup.recompute;
+  auto factory = [&config, working, recompute](Device d, int stage, int replica, int first,
+                                               int last) {
+    auto m = std::make_unique<models::LlamaModel>(
+        config, d, d.str() + " stage " + std::to_string(stage) + "." + std::to_string(replica),
+        working);
+    m->set_stage(first, last);
+    m->set_recompute(recompute);
+    return m;
+  };
+  return std::make_unique<parallel::Pipeline>(factory, o);
+}
+
+RunResult run_pipeline(const PipelineSetup& setup, const TestBatch& batch, int steps, uint64_t seed,
+                       DType working, const models::LlamaConfig* model) {
+  models::LlamaConfig config = model ? *model : small_test_config();
+  auto pipe = make_pipeline(setup, config, working);
+  RunResult out;
+  out.init_params = models::LlamaModel::random_params(config, seed);
+  pipe->params_from_host(out.init_params.data());
+  models::LlamaLayout layout(config);
+  ops::AdamWConfig adam;
+  adam.lr = 1e-2f, adam.weight_decay = 0.1f, adam.beta1 = 0.9f, adam.beta2 = 0.95f;
+  train::Optimizer opt(*pipe, train::decay_runs(layout), adam);
+  for (int step = 1; step <= steps; ++step) {
+    pipe->zero_grad();
+    parallel::LossStats st = pipe->forward_backward(batch.host(), models::kIgnoreIndex,
+                                                    static_cast<double>(batch.counted()));
+    pipe->reduce_gradients();
+    out.losses.push_back(st.loss_sum / st.count);
+    if (step == 1) {
+      out.first_grads.assign(layout.total(), 0.0f);
+      pipe->grads_to_host(out.first_grads.data());
+    }
+    out.grad_norms.push_back(opt.step(step, adam.lr, 1.0));
+  }
+  out.final_params.assign(layout.total(), 0.0f);
+  pipe->params_to_host(out.final_params.data());
   return out;
 }
 

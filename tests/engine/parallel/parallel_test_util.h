@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/parallel/data_parallel.h"
+#include "engine/parallel/pipeline/pipeline.h"
 #include "models/llama_config.h"
 
 namespace fanout::test {
@@ -50,6 +51,26 @@ RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBat
                             int steps = 3, uint64_t seed = 7, DType working = DType::f32,
                             const models::LlamaConfig* model = nullptr,
                             std::optional<bool> fused_classifier = std::nullopt);
+
+// A Pipeline of the test model: `stages` x replicas CPU devices (cpu:0,
+// cpu:1, ...), the cut balanced by parameters unless given; hooks as in
+// PipelineOptions.
+struct PipelineSetup {
+  int stages = 2, replicas = 1, micro_batches = 2;
+  parallel::PipeSchedule schedule = parallel::PipeSchedule::one_f_one_b;
+  std::vector<int> cut;
+  bool recompute = false;
+  std::string devices;  // empty: cpu:0..cpu:(stages * replicas - 1)
+  std::function<void(int, int, const parallel::Action&)> fault_hook;
+  std::function<void(Stream&, int, int, const parallel::Action&)> delay_hook;
+};
+std::unique_ptr<parallel::Pipeline> make_pipeline(const PipelineSetup& setup,
+                                                  const models::LlamaConfig& config,
+                                                  DType working = DType::f32);
+// As run_data_parallel, through a pipeline.
+RunResult run_pipeline(const PipelineSetup& setup, const TestBatch& batch, int steps = 3,
+                       uint64_t seed = 7, DType working = DType::f32,
+                       const models::LlamaConfig* model = nullptr);
 
 // ||a - b|| / ||b||
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b);

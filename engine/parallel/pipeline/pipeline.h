@@ -1,0 +1,150 @@
+#pragma once
+// Pipeline: a model cut into K stages on K devices, micro-batches streamed
+// through them, in one process (torchgpipe's shape, without Python).
+//   cut       stages hold contiguous runs of the model's units (balance.h)
+//   schedule  a per-stage list of actions (schedule.h), checked for deadlock
+//             before it runs, replayed by one host thread per stage, each
+//             queueing work on its stage's compute stream
+//   boundary  each stage copies its hidden state (forward) or input gradient
+//             (backward) into a buffer on the receiving device and records an
+//             event there; the receiver's stream waits for the event, its host
+//             thread only for the action to have been queued
+//   replicas  devices form a grid of D replicas x K stages (replica-major: the
+//             K stages of a replica are neighbours); the batch's rows are split
+//             over the replicas, each replica's into M micro-batches, and each
+//             stage's gradients summed over its replicas onto replica 0's
+//   tied      a tied lm_head on the last stage is one logical weight with the
+//             first stage's embedding: its gradient is added there before the
+//             update, the updated weights copied back after it
+// The loss is normalised once by the step's counted-token total (every replica,
+// every micro-batch), as in DataParallel: N devices equal one device on the
+// whole batch.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/core/allocator.h"
+#include "engine/core/thread_pool.h"
+#include "engine/parallel/data_parallel.h"
+#include "engine/parallel/pipeline/schedule.h"
+#include "engine/parallel/pipeline/stage.h"
+#include "engine/parallel/shard_set.h"
+
+namespace fanout::parallel {
+
+struct PipelineOptions {
+  // replicas x stages devices, replica-major: devices[d * stages + s].
+  std::vector<Device> devices;
+  int stages = 1;
+  PipeSchedule schedule = PipeSchedule::one_f_one_b;
+  int micro_batches = 0;  // per replica and step; 0: 2 x stages
+  // stages + 1 unit indices (balance.h): stage s holds units [cut[s], cut[s+1]).
+  std::vector<int> cut;
+  // Test hooks, on each stage's host thread before each action: fault_hook
+  // throwing simulates a failing device; delay_hook may queue work (a random
+  // sleep) on the stage's stream to shuffle timing.
+  std::function<void(int stage, int replica, const Action& action)> fault_hook;
+  std::function<void(Stream& stream, int stage, int replica, const Action& action)> delay_hook;
+};
+
+class Collectives;
+
+class Pipeline final : public ShardSet {
+ public:
+  // A stage holding units [first_unit, last_unit) on `device`.
+  using StageFactory = std::function<std::unique_ptr<PipeStage>(
+      Device device, int stage, int replica, int first_unit, int last_unit)>;
+
+  Pipeline(const StageFactory& factory, PipelineOptions options);
+  ~Pipeline() override;
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  int stages() const { return options_.stages; }
+  int replicas() const { return replicas_; }
+  int micro_batches() const { return options_.micro_batches; }
+  const PipelineOptions& options() const { return options_; }
+  const Schedule& schedule() const { return schedule_; }
+  PipeStage& stage(int s, int replica = 0) { return *stages_[index(s, replica)]; }
+  // Elements of the whole model's flat layout.
+  int64_t num_params() const override { return total_; }
+
+  // The whole fp32 master weights from or to the host (every stage its range;
+  // replicas and tied copies follow).
+  void params_from_host(const float* values);
+  void params_to_host(float* values);
+  // The reduced gradients, whole, to the host (after reduce_gradients).
+  void grads_to_host(float* values);
+
+  void zero_grad();
+  // Forward and backward of a batch through the schedule; gradients accumulate.
+  // FANOUT_CHECK: every replica gets at least micro_batches rows.
+  LossStats forward_backward(const HostBatch& batch, int32_t ignore_index, double normalizer);
+  // Each stage's gradients summed over its replicas onto replica 0, and a tied
+  // lm_head's gradient added to the embedding's.
+  void reduce_gradients();
+
+  // --- ShardSet: the optimizer's half of a step, after reduce_gradients ---
+  // One shard per stage, replica 0's range, updated on the stage's thread; then
+  // every replica's working weights and a tied lm_head's copy follow.
+  std::vector<ParamUnit> shards() const override;
+  Device shard_device(int i) const override { return stages_[i]->device(); }
+  Stream& shard_stream(int i) override { return stages_[i]->compute_stream(); }
+  Tensor shard_params(int i) override { return stages_[i]->params(); }
+  Tensor shard_grads(int i) override { return stages_[i]->grads(); }
+  Tensor shard_working(int i) override;
+  double sum_over_shards(const std::function<double(int)>& partial) override;
+  void update_shards(const std::function<bool(int)>& update) override;
+  void shards_to_host(const std::vector<Tensor>& per_shard, float* out) override;
+
+  // Forward only: the loss sum and counted tokens of a batch.
+  LossStats evaluate(const HostBatch& batch, int32_t ignore_index);
+
+  // Seconds of the last forward_backward (the whole schedule) and reduce.
+  double last_step_seconds() const { return step_s_; }
+  AllocatorStats memory(int stage, int replica = 0) const;
+  // Bytes copied between distinct devices since construction: boundary
+  // activations and gradients, gradient sums, weight copies.
+  int64_t bytes_moved() const;
+
+ private:
+  struct Lane;  // one (replica, stage): boundary buffers, events, batch buffers
+  int index(int s, int replica) const { return replica * options_.stages + s; }
+  void run_lanes(const std::function<void(int)>& fn);
+  void run_actions(int lane, const std::vector<int64_t>& rows, int64_t T, int32_t ignore_index,
+                   float normalizer, bool backward);
+  void prepare(const HostBatch& batch, const std::vector<std::vector<int64_t>>& rows,
+               bool backward);
+  // Host-side: the action that fills (lane, micro, kind) was queued.
+  void post(int lane, int micro, int kind);
+  void wait_posted(int lane, int micro, int kind);
+  void copy_between(Stream& stream, const Tensor& dst, const Tensor& src);
+  LossStats step(const HostBatch& batch, int32_t ignore_index, double normalizer, bool backward);
+  void sync_replicas();  // replica 0's working weights to every copy
+  void sync_tied();      // the first stage's embedding to a tied lm_head's copy
+  void recover();
+
+  PipelineOptions options_;
+  int replicas_ = 1;
+  int64_t total_ = 0;
+  Schedule schedule_;
+  std::vector<int> slots_;  // per stage: micro-batches in flight at most
+  std::vector<std::unique_ptr<PipeStage>> stages_;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<std::unique_ptr<Collectives>> stage_comms_;  // per stage, over its replicas
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<char> posted_;
+  bool aborted_ = false;
+  double step_s_ = 0;
+  std::atomic<int64_t> bytes_moved_{0};
+};
+
+}  // namespace fanout::parallel

@@ -1,0 +1,195 @@
+// Pipeline's step: the schedule replayed by one host thread per (replica,
+// stage), boundary tensors crossing devices as copies ordered by events.
+
+#include <algorithm>
+#include <chrono>
+
+#include "engine/core/check.h"
+#include "engine/parallel/pipeline/pipeline.h"
+#include "engine/parallel/pipeline/pipeline_lane.h"
+#include "engine/parallel/scatter.h"
+#include "engine/parallel/zero/sharded_storage.h"
+
+namespace fanout::parallel {
+
+namespace {
+constexpr int kForward = 0, kBackward = 1;  // which boundary buffer a post is about
+}  // namespace
+
+void Pipeline::post(int lane, int micro, int kind) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    posted_[(static_cast<size_t>(lane) * options_.micro_batches + micro) * 2 + kind] = 1;
+  }
+  cv_.notify_all();
+}
+
+// The host waits only until the producing action was queued (its event
+// recorded); the device order is the event's.
+void Pipeline::wait_posted(int lane, int micro, int kind) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const size_t at = (static_cast<size_t>(lane) * options_.micro_batches + micro) * 2 + kind;
+  cv_.wait(lock, [&] { return posted_[at] != 0 || aborted_; });
+  if (posted_[at] == 0) throw StepAborted("stopped: another stage failed in this step");
+}
+
+void Pipeline::copy_between(Stream& stream, const Tensor& dst, const Tensor& src) {
+  tensor_copy(stream, dst, src);
+  if (dst.device() != src.device()) bytes_moved_ += static_cast<int64_t>(src.nbytes());
+}
+
+void Pipeline::run_lanes(const std::function<void(int)>& fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::fill(posted_.begin(), posted_.end(), 0);
+    aborted_ = false;
+  }
+  try {
+    pool_->run_on_devices([&](int lane) {
+      try {
+        fn(lane);
+      } catch (const StepAborted&) {
+        // Stopped because another stage failed: that failure is the one reported.
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          aborted_ = true;
+        }
+        cv_.notify_all();
+        throw;
+      }
+    });
+  } catch (...) {
+    recover();
+    throw;
+  }
+}
+
+// After a failed step: every stream drained (its error dropped), so that the
+// next step starts clean. Weights are untouched until the update; the gradients
+// are the caller's to zero.
+void Pipeline::recover() {
+  for (auto& st : stages_) {
+    try {
+      st->compute_stream().synchronize();
+    } catch (...) {
+    }
+  }
+}
+
+// Buffers for this step's micro-batches: tokens on first stages, targets and
+// loss statistics on last stages, boundary buffers on the receiving side.
+void Pipeline::prepare(const HostBatch& batch, const std::vector<std::vector<int64_t>>& rows,
+                       bool backward) {
+  const int K = options_.stages, M = options_.micro_batches;
+  for (int li = 0; li < static_cast<int>(lanes_.size()); ++li) {
+    const int s = li % K, d = li / K;
+    Lane& ln = *lanes_[li];
+    PipeStage& st = *stages_[li];
+    const int64_t most = *std::max_element(rows[d].begin(), rows[d].end());
+    st.reserve_slots(backward ? slots_[s] : 1, most, batch.T,
+                     backward && options_.schedule == PipeSchedule::zb1);
+    ln.layout(rows[d], batch.T, st.hidden_size(), s > 0, s < K - 1, s == K - 1, M);
+  }
+}
+
+LossStats Pipeline::forward_backward(const HostBatch& batch, int32_t ignore_index,
+                                     double normalizer) {
+  return step(batch, ignore_index, normalizer, true);
+}
+
+LossStats Pipeline::evaluate(const HostBatch& batch, int32_t ignore_index) {
+  return step(batch, ignore_index, 1.0, false);
+}
+
+LossStats Pipeline::step(const HostBatch& batch, int32_t ignore_index, double normalizer,
+                         bool backward) {
+  const int K = options_.stages, M = options_.micro_batches, D = replicas_;
+  FANOUT_CHECK(batch.B / D >= M, "--micro-batches ", M, " needs at least ", M,
+               " rows per pipeline replica; the batch has ", batch.B, " rows for ", D,
+               D == 1 ? " replica" : " replicas");
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<int64_t>> rows(D);
+  std::vector<int64_t> per_replica = even_split(batch.B, D);
+  for (int d = 0; d < D; ++d) rows[d] = even_split(per_replica[d], M);
+  prepare(batch, rows, backward);
+  run_lanes([&](int li) {
+    const int s = li % K, d = li / K;
+    int64_t row0 = 0;
+    for (int e = 0; e < d; ++e) row0 += per_replica[e];
+    lanes_[li]->upload(stages_[li]->compute_stream(), batch, row0);
+    run_actions(li, rows[d], batch.T, ignore_index, static_cast<float>(normalizer), backward);
+    if (s == K - 1) lanes_[li]->read_stats(stages_[li]->compute_stream());
+  });
+  LossStats total;
+  for (int d = 0; d < D; ++d) {
+    const Lane& last = *lanes_[index(K - 1, d)];
+    total.loss_sum += last.loss.loss_sum;
+    total.count += last.loss.count;
+  }
+  step_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return total;
+}
+
+void Pipeline::run_actions(int li, const std::vector<int64_t>& rows, int64_t T,
+                           int32_t ignore_index, float normalizer, bool backward) {
+  const int K = options_.stages, M = options_.micro_batches, s = li % K, d = li / K;
+  Lane& ln = *lanes_[li];
+  PipeStage& st = *stages_[li];
+  Stream& stream = st.compute_stream();
+  std::vector<Action> forwards;
+  for (int m = 0; m < M; ++m) forwards.push_back({ActionKind::forward, m});
+  const std::vector<Action>& actions = backward ? schedule_.actions[s] : forwards;
+  // Activation slots: taken by a forward, given back by the micro-batch's last
+  // backward action (one slot, reused, when nothing goes backward).
+  std::vector<int> free_slots, slot_of(M, -1);
+  for (int i = (backward ? slots_[s] : 1) - 1; i >= 0; --i) free_slots.push_back(i);
+  for (const Action& a : actions) {
+    if (options_.fault_hook) options_.fault_hook(s, d, a);
+    if (options_.delay_hook) options_.delay_hook(stream, s, d, a);
+    const int m = a.micro;
+    StreamSpan span(stream, action_text(a));
+    if (a.kind == ActionKind::forward) {
+      FANOUT_ASSERT(!free_slots.empty(), "stage ", s, ": no free activation slot for F", m);
+      slot_of[m] = backward ? free_slots.back() : free_slots.front();
+      if (backward) free_slots.pop_back();
+      st.use_slot(slot_of[m]);
+      Tensor in = ln.tokens(m);
+      if (s > 0) {
+        wait_posted(li, m, kForward);
+        ln.fwd_event[m]->wait(stream);
+        in = ln.fwd_in(m);
+      }
+      st.stage_forward(in, rows[m], T, ln.targets(m), ln.stats(m), ignore_index);
+      if (s < K - 1) {
+        Lane& next = *lanes_[li + 1];
+        copy_between(stream, next.fwd_in(m), st.stage_output());
+        next.fwd_event[m]->record(stream);
+        post(li + 1, m, kForward);
+      }
+      continue;
+    }
+    st.use_slot(slot_of[m]);
+    if (a.kind == ActionKind::backward_weight) {
+      st.backward_weight();
+    } else {
+      Tensor dout;
+      if (s < K - 1) {
+        wait_posted(li, m, kBackward);
+        ln.bwd_event[m]->wait(stream);
+        dout = ln.bwd_in(m);
+      }
+      st.stage_backward(dout, normalizer, a.kind == ActionKind::backward_input);
+      if (s > 0) {
+        Lane& prev = *lanes_[li - 1];
+        copy_between(stream, prev.bwd_in(m), st.stage_input_grad());
+        prev.bwd_event[m]->record(stream);
+        post(li - 1, m, kBackward);
+      }
+    }
+    if (a.kind != ActionKind::backward_input) free_slots.push_back(slot_of[m]);
+  }
+  stream.synchronize();
+}
+
+}  // namespace fanout::parallel
