@@ -420,8 +420,9 @@ void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
 }
 
 // Layer l from res[l] to res[l + 1], keeping what its backward reads (under
-// recompute, in the buffers every layer shares).
-void LlamaModel::forward_layer(int64_t l) {
+// recompute, in the buffers every layer shares). acquire: bracket the use of the
+// unit's weights (a recompute inside backward runs within backward's own).
+void LlamaModel::forward_layer(int64_t l, bool acquire) {
   const LlamaConfig& c = config_;
   Stream& s = *stream_;
   Arena& a = *arena_;
@@ -432,7 +433,7 @@ void LlamaModel::forward_layer(int64_t l) {
   const LayerOffsets& o = layout_.layer(l);
   Arena::Layer& x = a.layers[l];
   const int unit = static_cast<int>(l) + 1;
-  acquire_weights(unit, unit + 1);
+  if (acquire) acquire_weights(unit, unit + 1);
   // attention block: res_mid = res + o_proj(attention(rope(q), rope(k), v))
   ops::rmsnorm_forward(s, x.ln1, x.rstd1, a.res[l], w(o.ln1, {C}), N, C, eps);
   ops::matmul_forward(s, x.q, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
@@ -448,7 +449,7 @@ void LlamaModel::forward_layer(int64_t l) {
   ops::matmul_forward(s, x.up, x.ln2, w(o.up, {I, C}), N, C, I);
   ops::swiglu_forward(s, x.act, x.gate, x.up, N * I);
   project_add(s, a.tmp_c, a.res[l + 1], x.res_mid, x.act, w(o.down, {C, I}), N, I, C);
-  release_weights(unit);
+  if (acquire) release_weights(unit);
   a.live_layer = l;
 }
 

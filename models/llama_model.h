@@ -109,7 +109,7 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
   // hidden state entering the stage without); then the head: f32 logits (N, V),
   // or, fused, bf16 logits rows ld_ apart.
   void forward_hidden(const Tensor& inputs, int64_t B, int64_t T);
-  void forward_layer(int64_t l);
+  void forward_layer(int64_t l, bool acquire = true);
   void forward_head(bool fused);
   // The loss of the current slot's batch (forward_loss, the last stage) and its
   // gradient: the logits' gradient, rows ld apart, that backward_hidden reads.

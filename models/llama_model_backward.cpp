@@ -180,12 +180,12 @@ void LlamaModel::backward_layer(int64_t l, bool split) {
       ops::cast_f32_to_bf16(s, dst.view(0, {N * C}), a.dres.view(0, {N * C}), N * C);
     return dst;
   };
-  if (recompute_ && a.live_layer != l) forward_layer(l);  // Note [Recompute]
   const LayerOffsets& o = layout_.layer(l);
   Arena::Layer& x = a.layers[l];
   Arena::LayerGrads& d = a.grads_of(l);
   const int unit = static_cast<int>(l) + 1;
   acquire_weights(unit, unit > 1 ? unit - 1 : -1);
+  if (recompute_ && a.live_layer != l) forward_layer(l, false);  // Note [Recompute]
   acquire_grads(unit);
   auto dw = [&](int64_t offset, Shape shape) { return split ? Tensor() : g(offset, shape); };
   // MLP block; dres holds d(res[l+1]) and becomes d(res_mid).

@@ -81,7 +81,7 @@ void Pipeline::recover() {
 // loss statistics on last stages, boundary buffers on the receiving side.
 void Pipeline::prepare(const HostBatch& batch, const std::vector<std::vector<int64_t>>& rows,
                        bool backward) {
-  const int K = options_.stages, M = options_.micro_batches;
+  const int K = options_.stages, M = options_.micro_batches;  // the most any step uses
   for (int li = 0; li < static_cast<int>(lanes_.size()); ++li) {
     const int s = li % K, d = li / K;
     Lane& ln = *lanes_[li];
@@ -104,7 +104,11 @@ LossStats Pipeline::evaluate(const HostBatch& batch, int32_t ignore_index) {
 
 LossStats Pipeline::step(const HostBatch& batch, int32_t ignore_index, double normalizer,
                          bool backward) {
-  const int K = options_.stages, M = options_.micro_batches, D = replicas_;
+  const int K = options_.stages, D = replicas_;
+  // Forward only, a smaller batch streams in fewer micro-batches.
+  const int M = backward
+                    ? options_.micro_batches
+                    : static_cast<int>(std::clamp<int64_t>(batch.B / D, 1, options_.micro_batches));
   FANOUT_CHECK(batch.B / D >= M, "--micro-batches ", M, " needs at least ", M,
                " rows per pipeline replica; the batch has ", batch.B, " rows for ", D,
                D == 1 ? " replica" : " replicas");
@@ -133,7 +137,7 @@ LossStats Pipeline::step(const HostBatch& batch, int32_t ignore_index, double no
 
 void Pipeline::run_actions(int li, const std::vector<int64_t>& rows, int64_t T,
                            int32_t ignore_index, float normalizer, bool backward) {
-  const int K = options_.stages, M = options_.micro_batches, s = li % K, d = li / K;
+  const int K = options_.stages, M = static_cast<int>(rows.size()), s = li % K, d = li / K;
   Lane& ln = *lanes_[li];
   PipeStage& st = *stages_[li];
   Stream& stream = st.compute_stream();
