@@ -96,6 +96,24 @@ void add_device_flags(TrainFlags& f, train::TrainOptions& o) {
                                        "under --strategy ddp; --no-overlap turns it off)"));
   f.number("bucket-mb", o.bucket_mb, 0.0, train::kMaxBucketMb,
            "Gradient bucket size for --overlap (fractions allowed)");
+  f.opts->emplace_back(
+      "pipeline-parallel",
+      add_number<int64_t>(f.cmd, "--pipeline-parallel,--pp", o.pp,
+                          "Pipeline stages K: the model cut into K stages, --devices listing K x D "
+                          "devices (K stages for each of D data-parallel replicas)",
+                          1, kMaxCount));
+  f.text("pp-schedule", o.pp_schedule,
+         "The pipeline schedule: gpipe, 1f1b or zb1 (zero bubble: the backward split into "
+         "input and weight halves)");
+  f.number("micro-batches", o.micro_batches, int64_t{1}, kMaxCount,
+           "Micro-batches each pipeline replica streams per step (default: 2 x --pp, at most "
+           "its rows)");
+  f.text("balance", o.balance,
+         "How --pp cuts the model: params, flops, time (a short profiling run), or decoder "
+         "layers per stage, e.g. 3,5 (the embedding joins the first stage, the head the last)");
+  f.flag("recompute", o.recompute,
+         "Keep only each layer's input and recompute its forward in backward (less memory, "
+         "the same results)");
 }
 
 // The batch and the optimisation.

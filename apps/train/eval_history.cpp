@@ -20,8 +20,7 @@ data::DataLoader held_out_loader(const Setup& s) {
                           models::kIgnoreIndex);
 }
 
-EvalResult evaluate_held_out(parallel::DataParallel& dp, const Setup& s,
-                             distributed::ProcessGroup* group) {
+EvalResult evaluate_held_out(Training& t, const Setup& s, distributed::ProcessGroup* group) {
   data::DataLoader loader = held_out_loader(s);
   int64_t n = loader.batches_per_epoch();
   if (s.o.val_batches > 0) n = std::min(n, s.o.val_batches);
@@ -30,7 +29,7 @@ EvalResult evaluate_held_out(parallel::DataParallel& dp, const Setup& s,
     data::Batch b = loader.next();  // must outlive hb, which points into it
     parallel::HostBatch hb = s.ddp.batch_rows(b);
     if (hb.B == 0) continue;
-    parallel::LossStats st = dp.evaluate(hb, models::kIgnoreIndex);
+    parallel::LossStats st = t.evaluate(hb);
     sums[0] += st.loss_sum, sums[1] += static_cast<double>(st.count);
   }
   if (group) group->all_reduce_host(sums, 2);

@@ -7,8 +7,8 @@
 
 #include "apps/data/data_loader.h"
 #include "apps/train/train_setup.h"
+#include "apps/train/training.h"
 #include "engine/distributed/process_group.h"
-#include "engine/parallel/data_parallel.h"
 
 namespace fanout::train {
 
@@ -24,8 +24,7 @@ struct EvalResult {
 data::DataLoader held_out_loader(const Setup& s);
 
 // The run's held-out data under the engine (every rank takes part: it is collective).
-EvalResult evaluate_held_out(parallel::DataParallel& dp, const Setup& s,
-                             distributed::ProcessGroup* group);
+EvalResult evaluate_held_out(Training& t, const Setup& s, distributed::ProcessGroup* group);
 
 // Note [Held-out history]: the best held-out loss, its step and the evaluations
 // since it improved travel in trainer_state.json, so a resumed run keeps best/ and

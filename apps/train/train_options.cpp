@@ -6,6 +6,8 @@
 
 #include "apps/train/device_memory.h"
 #include "engine/core/check.h"
+#include "engine/parallel/pipeline/balance.h"
+#include "engine/parallel/pipeline/schedule.h"
 #include "engine/parallel/strategy.h"
 #include "ops/attention.h"
 
@@ -161,6 +163,17 @@ void train_options_validate(const TrainOptions& o) {
                "--precision must be fp32 or bf16, got '", o.precision, "'");
   FANOUT_CHECK(o.grad_comm == "fp32" || o.grad_comm == "bf16",
                "--grad-comm must be fp32 or bf16, got '", o.grad_comm, "'");
+  check_count(o.pp, "pp", 1);
+  check_count(o.micro_batches, "micro-batches", 0);
+  FANOUT_CHECK(parallel::pipe_schedule_parse(o.pp_schedule).has_value(),
+               "--pp-schedule must be gpipe, 1f1b or zb1, got '", o.pp_schedule, "'");
+  if (o.balance != "params" && o.balance != "flops" && o.balance != "time") {
+    FANOUT_CHECK(o.balance.find_first_of("0123456789") != std::string::npos,
+                 "--balance must be params, flops, time or decoder layers per stage (e.g. 3,5), "
+                 "got '",
+                 o.balance, "'");
+    parallel::parse_balance_list(o.balance);
+  }
 }
 
 void train_options_check_validation(const TrainOptions& o, bool has_val) {

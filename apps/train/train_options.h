@@ -34,6 +34,15 @@ struct TrainOptions {
   std::string device_memory;  // a cap on each device's live bytes, e.g. 512MiB ("": none)
   bool overlap = false;
   double bucket_mb = 25.0;
+  // Pipeline parallelism (engine/parallel/pipeline/): stages, the schedule, the
+  // micro-batches each step streams (0: 2 x stages, at most the rows each
+  // replica gets), and how the model is cut (params, flops, time, or layers per
+  // stage "L1,L2,..."). Run-local, like devices: a run resumes under any grid.
+  int64_t pp = 1, micro_batches = 0;
+  std::string pp_schedule = "1f1b", balance = "params";
+  // Recompute each layer's forward in backward instead of keeping its
+  // activations (every strategy). Run-local: the results are the same.
+  bool recompute = false;
   // batch
   int64_t batch_size = 16, seq_len = 0, grad_accum = 1;  // seq_len 0: the preset's
   std::string micro_batch_sizes;

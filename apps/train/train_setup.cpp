@@ -16,6 +16,7 @@
 #include "apps/train/run_dir.h"
 #include "apps/train/schedule.h"
 #include "apps/train/train_data.h"
+#include "apps/train/train_pipeline.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/cuda_runtime.h"
@@ -485,15 +486,25 @@ void prepare_devices(TrainOptions& o, Setup& s) {
 void prepare_data(TrainOptions& o, Setup& s) {
   models::llama_config_check_memory(s.config, "the model", true);
   {
-    const int64_t n = static_cast<int64_t>(s.devices.size());
+    int64_t n = static_cast<int64_t>(s.devices.size());
     int64_t share = memory_largest_share(s.micro_rows, n);
     if (!s.chunk_sizes.empty())
       share = *std::max_element(s.chunk_sizes.begin(), s.chunk_sizes.end());
+    std::vector<Device> holders = s.devices;
+    if (!s.cut.empty()) {
+      // A pipeline replica's stages hold one model between them, and at the least
+      // one micro-batch's activations: counted as one device per replica.
+      const int64_t K = static_cast<int64_t>(s.cut.size()) - 1;
+      n /= K;
+      holders.clear();
+      for (int64_t d = 0; d < n; ++d) holders.push_back(s.devices[d * K]);
+      share = (memory_largest_share(s.micro_rows, n) + s.micro_batches - 1) / s.micro_batches;
+    }
     MemoryAsk ask{s.micro_rows, share, o.seq_len, s.loss_on == parallel::LossOn::output, true};
     ask.sharded_grads = parallel::strategy_shards_grads(s.strategy.strategy);
     ask.sharded_weights = s.strategy.strategy == parallel::Strategy::zero3;
     ask.shards = s.ddp.enabled ? s.ddp.world : n;
-    memory_check_fits(s.config, s.devices, ask);
+    memory_check_fits(s.config, holders, ask);
   }
   s.tokenizer = run_tokenizer(o, s);
   // The byte tokenizer keeps today's rule (ids are checked as the data loads); any
@@ -540,6 +551,7 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   prepare_model(o, s, given);
   prepare_optimisation(o, s, given);
   prepare_devices(o, s);
+  prepare_pipeline(o, s, given);
   prepare_data(o, s);
   prepare_run_dir(o, s);
   s.o = o;

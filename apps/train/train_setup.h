@@ -14,6 +14,7 @@
 #include "apps/train/ddp_env.h"
 #include "apps/train/train_options.h"
 #include "engine/core/device.h"
+#include "engine/parallel/pipeline/schedule.h"
 #include "engine/parallel/strategy.h"
 #include "models/llama_config.h"
 
@@ -31,6 +32,11 @@ struct Setup {
   std::optional<Device> output_device;
   std::vector<int64_t> chunk_sizes;
   int64_t micro_rows = 0;
+  // --pp: units per stage (stages + 1 bounds; empty without --pp), the schedule
+  // and the micro-batches each replica streams per step.
+  std::vector<int> cut;
+  parallel::PipeSchedule pipe_schedule = parallel::PipeSchedule::one_f_one_b;
+  int micro_batches = 0;
   // The run's tokenizer: --tokenizer, else the resumed (or --init) checkpoint's, else
   // the one `fanout prepare` left beside the token files, else the byte tokenizer.
   // Text data is encoded with it, samples decoded, and each checkpoint carries it as

@@ -36,22 +36,23 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string memory_str(parallel::DataParallel& dp) {
+// The peak bytes of every device the run uses (each once; replicas and stages
+// may share one).
+std::string memory_str(const std::vector<Device>& devices) {
   std::string out;
   std::vector<Device> seen;
-  for (int r = 0; r < dp.size(); ++r) {
-    Device d = dp.replica(r).device();
+  for (const Device& d : devices) {
     if (std::find(seen.begin(), seen.end(), d) != seen.end()) continue;
     seen.push_back(d);
     if (!out.empty()) out += ' ';
-    out += d.str() + " " + bytes_str(dp.memory(r).total.peak);
+    out += d.str() + " " + bytes_str(allocator_for(d).stats().total.peak);
   }
   return out;
 }
 
-nlohmann::json memory_json(parallel::DataParallel& dp) {
+nlohmann::json memory_json(const std::vector<Device>& devices) {
   nlohmann::json j = nlohmann::json::object();
-  for (int r = 0; r < dp.size(); ++r) j[dp.replica(r).device().str()] = dp.memory(r).total.peak;
+  for (const Device& d : devices) j[d.str()] = allocator_for(d).stats().total.peak;
   return j;
 }
 
@@ -104,6 +105,11 @@ TrainingOptions training_options(const Setup& s, distributed::ProcessGroup* grou
   t.adam.lr = static_cast<float>(o.lr), t.adam.beta1 = static_cast<float>(o.beta1);
   t.adam.beta2 = static_cast<float>(o.beta2), t.adam.eps = static_cast<float>(o.eps);
   t.adam.weight_decay = static_cast<float>(o.weight_decay);
+  t.recompute = o.recompute;
+  t.stages = static_cast<int>(o.pp);
+  t.pipe_schedule = s.pipe_schedule;
+  t.micro_batches = s.micro_batches;
+  t.cut = s.cut;
   return t;
 }
 
@@ -117,12 +123,12 @@ std::vector<std::string> header_lines(const Setup& s, distributed::ProcessGroup*
   char header[512];
   std::snprintf(
       header, sizeof header,
-      "fanout train: %.2fM parameters on %s | %s, loss on %s%s | %s%s | batch %lld x %lld%s | "
+      "fanout train: %.2fM parameters on %s | %s, loss on %s%s | %s%s%s | batch %lld x %lld%s | "
       "steps %lld..%lld | data %s (%lld tokens) | out %s",
       s.config.num_parameters() / 1e6, where.c_str(), o.strategy.c_str(), o.loss_on.c_str(),
       o.overlap ? ", overlap" : "", o.precision == "bf16" ? "bf16 mixed precision" : "fp32",
-      o.grad_comm == "bf16" ? ", bf16 gradient sums" : "", static_cast<long long>(o.batch_size),
-      static_cast<long long>(o.seq_len),
+      o.grad_comm == "bf16" ? ", bf16 gradient sums" : "", o.recompute ? ", recompute" : "",
+      static_cast<long long>(o.batch_size), static_cast<long long>(o.seq_len),
       o.grad_accum > 1 ? (" in " + std::to_string(o.grad_accum) + " micro-batches").c_str() : "",
       static_cast<long long>(start), static_cast<long long>(o.steps), s.train_data.path.c_str(),
       static_cast<long long>(s.train_data.token_count() + s.held_out), o.out.c_str());
@@ -215,7 +221,7 @@ class Run {
 std::string Run::save(const std::string& name, int64_t step) {
   std::string dir = (fs::path(o_.out) / name).string();
   // Sharded across processes, a checkpoint's gathers need every rank.
-  const bool collective_save = group_ != nullptr && t_.engine().sharded();
+  const bool collective_save = t_.sharded_across_processes();
   if (!main_ && !collective_save) return dir;
   Checkpoint c;
   c.config = s_.config;
@@ -240,7 +246,7 @@ std::string Run::save(const std::string& name, int64_t step) {
 // best/ replaced when the loss improved under --save-best. Returns whether
 // --early-stop's patience has run out.
 bool Run::on_eval(int64_t step) {
-  const EvalResult result = evaluate_held_out(t_.engine(), s_, group_);
+  const EvalResult result = evaluate_held_out(t_, s_, group_);
   if (metrics_) metrics_->write({{"step", step}, {"val_loss", result.loss}});
   const bool better = history_.record(result, step);
   std::string line = "step " + std::to_string(step) + ": " + result.str();
@@ -304,7 +310,7 @@ bool Run::step(int64_t step) {
   int64_t step_tokens = o_.batch_size * o_.seq_len;  // bounded by train_prepare
   tokens_seen_ = size_add("the tokens seen by the run", {tokens_seen_, step_tokens});
   last_loss_ = loss;
-  parallel::DataParallel& dp = t_.engine();
+  const std::vector<Device>& devices = t_.options().devices;
   if (metrics_)
     metrics_->write({{"step", step},
                      {"loss", loss},
@@ -313,8 +319,8 @@ bool Run::step(int64_t step) {
                      {"tokens_per_s", step_tokens / secs},
                      {"step_s", secs},
                      {"tokens", tokens_seen_},
-                     {"peak_bytes", memory_json(dp)}});
-  progress_->step({step, loss, lr, norm, step_tokens / secs, memory_str(dp)});
+                     {"peak_bytes", memory_json(devices)}});
+  progress_->step({step, loss, lr, norm, step_tokens / secs, memory_str(devices)});
   bool stop_early = false;
   if (s_.has_val && o_.eval_every > 0 && step % o_.eval_every == 0 && step != o_.steps) {
     stop_early = on_eval(step);
@@ -398,9 +404,10 @@ int Run::finish(int exit_code) {
       {"steps", final_step_}, {"loss", last_loss_}, {"out", o_.out}, {"checkpoint", final_dir}};
   if (final_step_ < o_.steps) summary["early_stop"] = true;
   if (s_.has_val) say_held_out_summary(summary);
-  // zero3 keeps no whole model on any device: the sample runs on a copy.
+  // zero3 and pipelines keep no whole model on any device: the sample runs on a copy.
   std::vector<float> whole;
-  if (!o_.json && s_.strategy.strategy == parallel::Strategy::zero3) whole = t_.params_to_host();
+  if (!o_.json && (s_.strategy.strategy == parallel::Strategy::zero3 || t_.pipelined()))
+    whole = t_.params_to_host();
   if (!main_) return 0;
   say("final checkpoint: " + final_dir);
   if (!o_.json) {

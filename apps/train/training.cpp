@@ -12,6 +12,10 @@ void training_options_set_mode(TrainingOptions& o, const parallel::Mode& mode) {
 
 Training::Training(TrainingOptions options, const InitialWeights& initial)
     : options_(std::move(options)), layout_(options_.config) {
+  if (options_.stages > 1) {
+    make_pipeline(initial);
+    return;
+  }
   parallel::DataParallelOptions dpo;
   dpo.device_ids = options_.devices;
   dpo.output_device = options_.output_device;
@@ -25,8 +29,10 @@ Training::Training(TrainingOptions options, const InitialWeights& initial)
   dpo.fault_hook = options_.fault_hook;
   const std::vector<Device>& ids = options_.devices;
   auto factory = [&](Device d, int i) {
-    return std::make_unique<models::LlamaModel>(
+    auto m = std::make_unique<models::LlamaModel>(
         options_.config, d, parallel::replica_lane(ids, i, "compute"), options_.working);
+    m->set_recompute(options_.recompute);
+    return m;
   };
   dp_ = std::make_unique<parallel::DataParallel>(factory, dpo);
   const bool zero3 = options_.strategy == parallel::Strategy::zero3;
@@ -50,17 +56,73 @@ Training::Training(TrainingOptions options, const InitialWeights& initial)
   opt_ = std::make_unique<Optimizer>(*dp_, decay_runs(layout_), options_.adam);
 }
 
+// The stages of a pipeline: replica d's stage s on devices[d * stages + s], its
+// compute stream's trace lane named for both.
+void Training::make_pipeline(const InitialWeights& initial) {
+  FANOUT_ASSERT(!initial.load && !options_.group, "a pipeline loads whole weights, in one process");
+  parallel::PipelineOptions po;
+  po.devices = options_.devices;
+  po.stages = options_.stages;
+  po.schedule = options_.pipe_schedule;
+  po.micro_batches = options_.micro_batches;
+  po.cut = options_.cut;
+  auto factory = [&](Device d, int stage, int replica, int first, int last) {
+    std::string lane = d.str() + " stage " + std::to_string(stage);
+    if (static_cast<int>(options_.devices.size()) > options_.stages)
+      lane += " replica " + std::to_string(replica);
+    auto m = std::make_unique<models::LlamaModel>(options_.config, d, lane, options_.working);
+    m->set_stage(first, last);
+    m->set_recompute(options_.recompute);
+    return m;
+  };
+  pipe_ = std::make_unique<parallel::Pipeline>(factory, po);
+  if (initial.values) {
+    pipe_->params_from_host(initial.values);
+  } else {
+    pipe_->params_from_host(
+        models::LlamaModel::random_params(options_.config, initial.seed).data());
+  }
+  opt_ = std::make_unique<Optimizer>(*pipe_, decay_runs(layout_), options_.adam);
+}
+
+parallel::DataParallel& Training::engine() {
+  FANOUT_ASSERT(dp_, "the data-parallel engine of a pipelined run");
+  return *dp_;
+}
+
+parallel::Pipeline& Training::pipeline() {
+  FANOUT_ASSERT(pipe_, "the pipeline of a data-parallel run");
+  return *pipe_;
+}
+
+bool Training::sharded_across_processes() const {
+  return dp_ && options_.group != nullptr && dp_->sharded();
+}
+
 models::LlamaModel& Training::primary() {
-  return dynamic_cast<models::LlamaModel&>(dp_->primary());
+  return dynamic_cast<models::LlamaModel&>(engine().primary());
+}
+
+void Training::reduce_gradients() {
+  if (pipe_) return pipe_->reduce_gradients();
+  dp_->reduce_gradients();
+}
+
+parallel::LossStats Training::evaluate(const parallel::HostBatch& batch) {
+  if (pipe_) return pipe_->evaluate(batch, models::kIgnoreIndex);
+  return dp_->evaluate(batch, models::kIgnoreIndex);
 }
 
 parallel::LossStats Training::forward_backward(const std::vector<parallel::HostBatch>& micro,
                                                double normalizer) {
-  dp_->zero_grad();
+  if (pipe_) pipe_->zero_grad();
+  if (dp_) dp_->zero_grad();
   parallel::LossStats total;
   for (size_t k = 0; k < micro.size(); ++k) {
     parallel::LossStats st =
-        dp_->forward_backward(micro[k], models::kIgnoreIndex, normalizer, k + 1 == micro.size());
+        pipe_ ? pipe_->forward_backward(micro[k], models::kIgnoreIndex, normalizer)
+              : dp_->forward_backward(micro[k], models::kIgnoreIndex, normalizer,
+                                      k + 1 == micro.size());
     total.loss_sum += st.loss_sum;
     total.count += st.count;
   }
@@ -87,7 +149,8 @@ Training::StepResult Training::step(const parallel::HostBatch& batch, double nor
 
 std::vector<float> Training::params_to_host() {
   std::vector<float> out(layout_.total());
-  dp_->params_to_host(out.data());
+  if (pipe_) pipe_->params_to_host(out.data());
+  if (dp_) dp_->params_to_host(out.data());
   return out;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Training: one run's parts, assembled in one place -- the Llama replicas under
 // the engine (DataParallel over this process's devices; one replica per
-// process under ddp), their initial weights (broadcast from rank 0 across
+// process under ddp; or, under --pp, a Pipeline of stages over the devices'
+// grid), their initial weights (broadcast from rank 0 across
 // processes), and AdamW -- and the step over them. fanout train, eval, bench,
 // walkthrough and the data-parallel example all build their runs here.
 //
@@ -22,6 +23,7 @@
 #include "engine/core/dtype.h"
 #include "engine/distributed/process_group.h"
 #include "engine/parallel/data_parallel.h"
+#include "engine/parallel/pipeline/pipeline.h"
 #include "models/llama_config.h"
 #include "models/llama_layout.h"
 #include "models/llama_model.h"
@@ -42,6 +44,14 @@ struct TrainingOptions {
   DType grad_comm = DType::f32;                // bf16: gradient sums travel in bf16
   distributed::ProcessGroup* group = nullptr;  // ddp, or zero1-3 across processes
   ops::AdamWConfig adam;
+  // Note [Recompute] in models/llama_model_backward.cpp.
+  bool recompute = false;
+  // Pipeline parallelism (stages > 1): the devices are replicas x stages,
+  // replica-major; cut: stages + 1 unit bounds (engine/parallel/pipeline/balance.h).
+  int stages = 1;
+  parallel::PipeSchedule pipe_schedule = parallel::PipeSchedule::one_f_one_b;
+  int micro_batches = 0;  // per replica and step; 0: 2 x stages
+  std::vector<int> cut;
   // Test hook (DataParallelOptions::fault_hook).
   std::function<void(int replica, const std::string& phase)> fault_hook;
 };
@@ -64,7 +74,12 @@ class Training {
   Training(const Training&) = delete;
   Training& operator=(const Training&) = delete;
 
-  parallel::DataParallel& engine() { return *dp_; }
+  // The data-parallel engine, or (pipelined()) the pipeline.
+  bool pipelined() const { return pipe_ != nullptr; }
+  parallel::DataParallel& engine();
+  parallel::Pipeline& pipeline();
+  // Whether the update is sharded across processes (checkpoints gather from every rank).
+  bool sharded_across_processes() const;
   models::LlamaModel& primary();
   Optimizer& optimizer() { return *opt_; }
   const models::LlamaLayout& layout() const { return layout_; }
@@ -76,7 +91,9 @@ class Training {
   parallel::LossStats forward_backward(const std::vector<parallel::HostBatch>& micro,
                                        double normalizer);
   parallel::LossStats forward_backward(const parallel::HostBatch& batch, double normalizer);
-  void reduce_gradients() { dp_->reduce_gradients(); }
+  void reduce_gradients();
+  // Forward only: the loss sum and counted tokens of a batch.
+  parallel::LossStats evaluate(const parallel::HostBatch& batch);
   // AdamW at `lr` after clipping to `clip` (0: none); the pre-clip global
   // gradient norm, or a NaN/Inf one with nothing updated.
   double optimizer_step(int64_t step, float lr, double clip);
@@ -96,7 +113,10 @@ class Training {
  private:
   TrainingOptions options_;
   models::LlamaLayout layout_;
+  void make_pipeline(const InitialWeights& initial);
+
   std::unique_ptr<parallel::DataParallel> dp_;
+  std::unique_ptr<parallel::Pipeline> pipe_;
   std::unique_ptr<Optimizer> opt_;
 };
 

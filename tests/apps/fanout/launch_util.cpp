@@ -304,4 +304,24 @@ std::vector<std::string> TinyRun::train_args(const std::string& out, int64_t ste
           out};
 }
 
+Outcome outcome(const std::string& out, const std::vector<float>& init) {
+  Outcome o{metrics_losses(out + "/metrics.jsonl"),
+            metrics_values(out + "/metrics.jsonl", "grad_norm"), weights_all(out + "/final")};
+  for (size_t i = 0; i < o.update.size() && i < init.size(); ++i) o.update[i] -= init[i];
+  return o;
+}
+
+void check_same(const Outcome& got, const Outcome& ref, double loss_tol, double update_tol,
+                double norm_tol) {
+  REQUIRE(got.losses.size() == ref.losses.size());
+  REQUIRE(got.norms.size() == ref.norms.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(got.losses[i] - ref.losses[i]) <= loss_tol * std::abs(ref.losses[i]));
+    CHECK(std::abs(got.norms[i] - ref.norms[i]) <= norm_tol * std::abs(ref.norms[i]));
+  }
+  REQUIRE(got.update.size() == ref.update.size());
+  CHECK(relative_l2(got.update, ref.update) < update_tol);
+}
+
 }  // namespace fanout::test::ddp

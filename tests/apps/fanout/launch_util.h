@@ -108,4 +108,16 @@ struct TinyRun {
 std::vector<std::string> concat(std::vector<std::string> prefix,
                                 const std::vector<std::string>& args);
 
+// What a run in `out` trained: per-step losses and pre-clip gradient norms
+// (metrics.jsonl), and final/'s weights minus `init`.
+struct Outcome {
+  std::vector<double> losses, norms;
+  std::vector<float> update;
+};
+Outcome outcome(const std::string& out, const std::vector<float>& init);
+// got against ref (CHECKs): losses and norms per step within their relative
+// tolerances, the update's relative L2 distance below update_tol.
+void check_same(const Outcome& got, const Outcome& ref, double loss_tol = 1e-5,
+                double update_tol = 1e-3, double norm_tol = 1e-5);
+
 }  // namespace fanout::test::ddp

@@ -17,39 +17,6 @@ using namespace fanout;
 using namespace fanout::test;
 using namespace fanout::test::ddp;
 
-namespace {
-
-std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& b) {
-  std::vector<float> d(a.size());
-  for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
-  return d;
-}
-
-struct Outcome {
-  std::vector<double> losses, norms;  // per step; norms before clipping
-  std::vector<float> update;
-};
-
-Outcome outcome(const std::string& out, const std::vector<float>& init) {
-  return {metrics_losses(out + "/metrics.jsonl"),
-          metrics_values(out + "/metrics.jsonl", "grad_norm"),
-          minus(weights_all(out + "/final"), init)};
-}
-
-void check_same(const Outcome& got, const Outcome& ref, double loss_tol = 1e-5,
-                double update_tol = 1e-3, double norm_tol = 1e-5) {
-  REQUIRE(got.losses.size() == ref.losses.size());
-  REQUIRE(got.norms.size() == ref.norms.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i) {
-    CAPTURE(i);
-    CHECK(std::abs(got.losses[i] - ref.losses[i]) <= loss_tol * std::abs(ref.losses[i]));
-    CHECK(std::abs(got.norms[i] - ref.norms[i]) <= norm_tol * std::abs(ref.norms[i]));
-  }
-  CHECK(relative_l2(got.update, ref.update) < update_tol);
-}
-
-}  // namespace
-
 TEST_CASE("zero1 zero2 zero3 on 2 and 3 processes train as one device") {
   TinyRun run;
   std::vector<float> init = weights_all(run.init);
