@@ -13,10 +13,13 @@
 #include "apps/presentation/text_format.h"
 #include "apps/presentation/text_table.h"
 #include "apps/train/memory_check.h"
+#include "apps/train/train_pipeline.h"
 #include "apps/train/training.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/flat.h"
+#include "engine/core/trace.h"
+#include "engine/parallel/pipeline/balance.h"
 #include "models/llama_model.h"
 #include "ops/attention.h"
 #include "ops/matmul.h"
@@ -58,12 +61,50 @@ std::vector<parallel::Mode> bench_modes_parse(const std::string& list) {
 
 namespace {
 
+// The share of the stages' time idle in one traced step of a pipeline: the
+// action spans (F3, B0, I1, W2) on each stage's lane between t0 and t1, their
+// sum against the stages times the span from the first to the last.
+double traced_bubble(const std::vector<TraceSpan>& spans, int64_t t0, int64_t t1) {
+  std::vector<std::string> lanes;
+  int64_t first = t1, last = t0, busy = 0;
+  for (const TraceSpan& sp : spans) {
+    if (sp.begin_us < t0 || sp.end_us > t1 || sp.name.size() < 2 ||
+        std::string("FBIW").find(sp.name[0]) == std::string::npos ||
+        sp.name.find_first_not_of("0123456789", 1) != std::string::npos)
+      continue;
+    if (std::find(lanes.begin(), lanes.end(), sp.lane) == lanes.end()) lanes.push_back(sp.lane);
+    first = std::min(first, sp.begin_us), last = std::max(last, sp.end_us);
+    busy += sp.end_us - sp.begin_us;
+  }
+  if (lanes.empty() || last <= first) return -1;
+  return 1.0 - static_cast<double>(busy) /
+                   (static_cast<double>(lanes.size()) * static_cast<double>(last - first));
+}
+
+// One more step of a pipeline under the trace: its bubble, and the schedule's.
+void pipeline_bubble(train::Training& training, const parallel::HostBatch& batch, int64_t n,
+                     int64_t step, presentation::BenchResult& result) {
+  Trace& trace = Trace::global();
+  const bool was = trace.enabled();
+  trace.set_enabled(true);
+  const int64_t t0 = trace.now_us();
+  training.step(batch, static_cast<double>(n), step, training.options().adam.lr, 1.0);
+  const int64_t t1 = trace.now_us();
+  result.bubble = traced_bubble(trace.spans(), t0, t1);
+  if (!was) trace.set_enabled(false), trace.clear();
+  const parallel::Pipeline& pipe = training.pipeline();
+  result.stages = pipe.stages();
+  result.micro_batches = pipe.micro_batches();
+  result.bubble_schedule = parallel::simulate_schedule(pipe.schedule()).bubble;
+}
+
 // The warm-up and timed steps of one mode (and the profiled one), their figures
-// into `result`.
+// into `result`. A pipeline's phases: the schedule (forwards and backwards
+// interleave) as forward, the gradient sums and the update as optimizer.
 void timed_steps(const BenchSetup& setup, train::Training& training,
                  const parallel::HostBatch& batch, int64_t n, const std::vector<Device>& distinct,
                  presentation::BenchResult& result) {
-  parallel::DataParallel& dp = training.engine();
+  parallel::DataParallel* dp = training.pipelined() ? nullptr : &training.engine();
   const float lr = training.options().adam.lr;
   // Each timed step's seconds: their median is the mode's figure, their quartiles
   // its spread. Timed steps go on until there are `steps` and `min_seconds` of them.
@@ -76,15 +117,21 @@ void timed_steps(const BenchSetup& setup, train::Training& training,
     if (s == setup.warmup) {
       for (const Device& d : distinct) allocator_for(d).reset_peak();
     }
-    dp.reset_times();
+    if (dp) dp->reset_times();
+    const int64_t moved = dp ? 0 : training.pipeline().bytes_moved();
     auto t0 = Clock::now();
     parallel::LossStats st = training.step(batch, static_cast<double>(n), s + 1, lr, 1.0).loss;
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const bool is_timed = s >= setup.warmup;
-    if (is_timed) {
-      timed.push_back(secs), elapsed += secs, total += dp.last_times();
-      parallel::CommBytes b = dp.comm_bytes();
+    if (is_timed && dp) {
+      timed.push_back(secs), elapsed += secs, total += dp->last_times();
+      parallel::CommBytes b = dp->comm_bytes();
       bytes.replicate += b.replicate, bytes.reduce += b.reduce;
+    } else if (is_timed) {
+      const double schedule_s = training.pipeline().last_step_seconds();
+      timed.push_back(secs), elapsed += secs;
+      total.forward += schedule_s, total.optimizer += std::max(0.0, secs - schedule_s);
+      bytes.reduce += training.pipeline().bytes_moved() - moved;
     }
     // Whether this rank wants another step; summed, so every ddp rank stops
     // after the same step (a rank that stopped alone would leave the others
@@ -96,6 +143,7 @@ void timed_steps(const BenchSetup& setup, train::Training& training,
     result.last_loss = sums[0] / sums[1];
     more = sums[2] > 0;
   }
+  if (!dp) pipeline_bubble(training, batch, n, s + 1, result), ++s;
   // The profiled step: twice, the first filling the profile's event pool (which
   // would otherwise be made inside the step it measures).
   for (int p = 0; setup.profile_kernels && p < 2; ++p) {
@@ -128,11 +176,16 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
                "--min-seconds must be 0 or more, got ", setup.min_seconds);
   // ddp: this process holds all token ids but only its rows' activations (its
   // share is a lower bound of the whole, as the check wants).
+  // A pipeline's stages hold one model between them (counted on one device) and
+  // at the least one micro-batch's activations.
   const int64_t my_rows = std::max<int64_t>(1, setup.ddp.rows_of(setup.batch_size).second);
-  train::memory_check_fits(
-      config, setup.devices,
-      {my_rows, train::memory_largest_share(my_rows, static_cast<int64_t>(setup.devices.size())),
-       setup.seq_len, mode.loss_on == parallel::LossOn::output, true});
+  const int64_t K = static_cast<int64_t>(setup.devices.size());
+  train::memory_check_fits(config,
+                           mode.pipeline ? std::vector<Device>{setup.devices[0]} : setup.devices,
+                           {my_rows,
+                            mode.pipeline ? (my_rows + 2 * K - 1) / std::min(2 * K, my_rows)
+                                          : train::memory_largest_share(my_rows, K),
+                            setup.seq_len, mode.loss_on == parallel::LossOn::output, true});
   // Synthetic tokens (all counted): the timing does not depend on their values.
   const int64_t n = size_mul("--batch-size x --seq-len tokens", {setup.batch_size, setup.seq_len});
   std::vector<int32_t> inputs(n), targets(n);
@@ -151,6 +204,17 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
   options.group = setup.group;
   options.working = setup.working;
   options.grad_comm = setup.grad_comm;
+  if (mode.pipeline) {  // one stage per device, the cut balanced by parameters
+    FANOUT_CHECK(!setup.group, "a pipeline runs in one process");
+    const int K = static_cast<int>(setup.devices.size());
+    options.stages = K;
+    options.pipe_schedule = *mode.pipeline;
+    options.micro_batches = static_cast<int>(std::min<int64_t>(2 * K, setup.batch_size));
+    options.cut =
+        parallel::balance_cut(train::pipeline_unit_costs(config, "params", setup.devices[0], 1,
+                                                         setup.seq_len, setup.working),
+                              K);
+  }
   const std::vector<Device>& ids = setup.devices;
   // Each device once, in --devices order: peaks[0] is the primary's.
   std::vector<Device> distinct;
@@ -290,7 +354,31 @@ nlohmann::json bench_row_json(const presentation::BenchResult& r, double base_tp
           {"peak_bytes_by_kind", by_kind},
           // largest device total / dp's primary total in this precision
           {"memory_vs_dp",
-           mem_base ? nlohmann::json(bench_memory_ratio(r, *mem_base)) : nlohmann::json()}};
+           mem_base ? nlohmann::json(bench_memory_ratio(r, *mem_base)) : nlohmann::json()},
+          {"pipeline", r.stages > 0 ? nlohmann::json{{"stages", r.stages},
+                                                     {"micro_batches", r.micro_batches},
+                                                     {"bubble", r.bubble},
+                                                     {"bubble_schedule", r.bubble_schedule}}
+                                    : nlohmann::json()}};
+}
+
+std::vector<std::string> bench_bubble_lines(const std::vector<presentation::BenchResult>& ran) {
+  std::vector<std::string> out;
+  for (const presentation::BenchResult& r : ran) {
+    if (r.stages == 0) continue;
+    if (out.empty()) {
+      out.push_back(
+          "pp rows: forward is the whole schedule (forwards and backwards interleave), "
+          "optimizer the gradient sums and the update; comm the stage-boundary buffers");
+    }
+    out.push_back(
+        strf("%s%s: %d stages, %d micro-batches: bubble %.0f%% of the stages' time, "
+             "measured from a traced step (the schedule's own: %.0f%% with equal "
+             "stage costs)",
+             r.mode.c_str(), r.precision == "bf16" ? " bf16" : "", r.stages, r.micro_batches,
+             100 * r.bubble, 100 * r.bubble_schedule));
+  }
+  return out;
 }
 
 std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& c, Device device, int64_t batch,

@@ -84,6 +84,10 @@ nlohmann::json bench_phases_json(const parallel::PhaseTimes& p);
 nlohmann::json bench_row_json(const presentation::BenchResult& r, double base_tps,
                               const std::vector<presentation::BenchResult>& ran);
 
+// One line per pipeline row that ran: its stages, micro-batches and bubble,
+// measured and the schedule's.
+std::vector<std::string> bench_bubble_lines(const std::vector<presentation::BenchResult>& ran);
+
 struct OpBenchRow {
   std::string op, shape;
   double gflop = 0, seconds = 0;

@@ -308,6 +308,7 @@ int run_bench(const BenchArgs& given) {
   say("peak bytes per device in the timed steps, by kind (each kind's own peak; total: all kinds "
       "at once)");
   std::fputs(bench::bench_memory_table(memory_rows, width).c_str(), stdout);
+  for (const std::string& line : bench::bench_bubble_lines(ran)) say(line);
   if (!a.trace.empty()) {
     Trace::global().set_enabled(false);
     Trace::global().write(a.trace);
@@ -425,12 +426,14 @@ Command add_bench_command(CLI::App& app) {
   };
   common(cmd);
   cmd->add_option("--devices", a->devices, "Devices")->capture_default_str();
-  cmd->add_option("--modes", a->modes,
-                  "Comma-separated: " + parallel::mode_names() +
-                      " (each what fanout train runs with those flags: dp = --strategy dp, "
-                      "dp-output = --strategy dp --loss-on output, dp-overlap = --strategy dp "
-                      "--overlap, ddp = --strategy ddp under fanout launch), or all; dp-replicas "
-                      "is another name for dp")
+  cmd->add_option(
+         "--modes", a->modes,
+         "Comma-separated: " + parallel::mode_names() +
+             " (each what fanout train runs with those flags: dp = --strategy dp, "
+             "dp-output = --strategy dp --loss-on output, dp-overlap = --strategy dp "
+             "--overlap, ddp = --strategy ddp under fanout launch, pp-1f1b = --pp N --pp-schedule "
+             "1f1b (N: the devices), pp-gpipe and pp-zb1 the same with their schedule), "
+             "or all; dp-replicas is another name for dp")
       ->capture_default_str();
   timing(cmd);
   cmd->add_option("--json", a->json, "Also write the figures to this file");

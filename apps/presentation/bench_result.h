@@ -29,6 +29,11 @@ struct BenchResult {
   // time by kernel class and its wall time (waiting for the devices included).
   OpTimes kernels;
   double kernels_step_s = 0;
+  // Pipeline rows: stages and micro-batches, the bubble (the share of the
+  // stages' time idle) measured from one traced step, and the schedule's own
+  // with equal stage costs (-1 for the other modes).
+  int stages = 0, micro_batches = 0;
+  double bubble = -1, bubble_schedule = -1;
 };
 
 }  // namespace fanout::presentation

@@ -65,6 +65,17 @@ const std::vector<Mode>& modes() {
        "zero3: weights sharded too, gathered unit by unit"},
       {"ddp", Strategy::dp, LossOn::replicas, true, true,
        "ddp (--strategy ddp): one process per device, gradients all-reduced"},
+      {"pp-gpipe", Strategy::dp, LossOn::replicas, false, false,
+       "pp-gpipe (--pp N --pp-schedule gpipe): one stage per device, every forward then every "
+       "backward",
+       PipeSchedule::gpipe},
+      {"pp-1f1b", Strategy::dp, LossOn::replicas, false, false,
+       "pp-1f1b (--pp N): one stage per device, a backward as soon as it can run",
+       PipeSchedule::one_f_one_b},
+      {"pp-zb1", Strategy::dp, LossOn::replicas, false, false,
+       "pp-zb1 (--pp N --pp-schedule zb1): the backward split, weight gradients filling the "
+       "bubbles",
+       PipeSchedule::zb1},
   };
   return all;
 }
@@ -86,6 +97,10 @@ std::string mode_names() {
 
 std::string mode_flags(const Mode& mode) {
   if (mode.processes) return "--strategy ddp (under fanout launch; overlaps by default)";
+  if (mode.pipeline) {
+    return std::string("--pp N --pp-schedule ") + pipe_schedule_name(*mode.pipeline) +
+           " (N: the devices)";
+  }
   std::string out = std::string("--strategy ") + strategy_name(mode.strategy);
   if (mode.loss_on == LossOn::output) out += " --loss-on output";
   if (mode.overlap) out += " --overlap";

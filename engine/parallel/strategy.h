@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/parallel/pipeline/schedule.h"
+
 namespace fanout::parallel {
 
 enum class Strategy { dp, zero1, zero2, zero3 };
@@ -43,20 +45,23 @@ StrategyFlag strategy_flag_parse(std::string_view name);
 const char* strategy_flag_choices();
 
 struct Mode {
-  std::string name;  // dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp
+  std::string name;  // dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp, pp-gpipe, ...
   Strategy strategy;
   LossOn loss_on;
   bool overlap;
   bool processes;     // one process per device (ddp)
   std::string title;  // the walkthrough's heading for it
+  // A pipeline over the devices (one stage each) under this schedule, or none.
+  std::optional<PipeSchedule> pipeline = std::nullopt;
 };
 // Every mode, in the order bench's `all` runs them.
 const std::vector<Mode>& modes();
 // nullptr when no mode has that name.
 const Mode* mode_find(std::string_view name);
-// "dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp".
+// "dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp, pp-gpipe, pp-1f1b, pp-zb1".
 std::string mode_names();
-// The `fanout train` flags that run the mode: "--strategy dp --loss-on output".
+// The `fanout train` flags that run the mode: "--strategy dp --loss-on output";
+// a pipeline's stage count is the number of devices: "--pp N --pp-schedule 1f1b".
 std::string mode_flags(const Mode& mode);
 
 }  // namespace fanout::parallel

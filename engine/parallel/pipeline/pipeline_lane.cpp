@@ -27,8 +27,9 @@ void Pipeline::Lane::layout(const std::vector<int64_t>& micro_rows, int64_t seq_
     ensure(tgt, tokens, DType::i32, device, MemTag::data);
     ensure(stats_buf, 2 * static_cast<int64_t>(micro_batches), DType::f32, device, MemTag::data);
   }
-  if (fwd) ensure(fwd_buf, tokens * C, DType::f32, device, MemTag::activations);
-  if (bwd) ensure(bwd_buf, tokens * C, DType::f32, device, MemTag::activations);
+  // What other stages copy in: counted as communication buffers.
+  if (fwd) ensure(fwd_buf, tokens * C, DType::f32, device, MemTag::comm);
+  if (bwd) ensure(bwd_buf, tokens * C, DType::f32, device, MemTag::comm);
   while (static_cast<int>(fwd_event.size()) < micro_batches) {
     fwd_event.push_back(std::make_unique<Event>());
     bwd_event.push_back(std::make_unique<Event>());

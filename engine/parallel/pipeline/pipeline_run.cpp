@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "engine/core/check.h"
 #include "engine/parallel/pipeline/pipeline.h"
@@ -152,7 +153,9 @@ void Pipeline::run_actions(int li, const std::vector<int64_t>& rows, int64_t T,
     if (options_.fault_hook) options_.fault_hook(s, d, a);
     if (options_.delay_hook) options_.delay_hook(stream, s, d, a);
     const int m = a.micro;
-    StreamSpan span(stream, action_text(a));
+    // The action's span on the stage's lane starts after the waits for its
+    // input: the trace shows the bubbles as gaps.
+    std::optional<StreamSpan> span;
     if (a.kind == ActionKind::forward) {
       FANOUT_ASSERT(!free_slots.empty(), "stage ", s, ": no free activation slot for F", m);
       slot_of[m] = backward ? free_slots.back() : free_slots.front();
@@ -164,6 +167,7 @@ void Pipeline::run_actions(int li, const std::vector<int64_t>& rows, int64_t T,
         ln.fwd_event[m]->wait(stream);
         in = ln.fwd_in(m);
       }
+      span.emplace(stream, action_text(a));
       st.stage_forward(in, rows[m], T, ln.targets(m), ln.stats(m), ignore_index);
       if (s < K - 1) {
         Lane& next = *lanes_[li + 1];
@@ -175,6 +179,7 @@ void Pipeline::run_actions(int li, const std::vector<int64_t>& rows, int64_t T,
     }
     st.use_slot(slot_of[m]);
     if (a.kind == ActionKind::backward_weight) {
+      span.emplace(stream, action_text(a));
       st.backward_weight();
     } else {
       Tensor dout;
@@ -183,6 +188,7 @@ void Pipeline::run_actions(int li, const std::vector<int64_t>& rows, int64_t T,
         ln.bwd_event[m]->wait(stream);
         dout = ln.bwd_in(m);
       }
+      span.emplace(stream, action_text(a));
       st.stage_backward(dout, normalizer, a.kind == ActionKind::backward_input);
       if (s > 0) {
         Lane& prev = *lanes_[li - 1];

@@ -1,0 +1,77 @@
+// GPU: the pipeline invariant on one GPU -- 2 and 3 stages on "cuda:0,cuda:0"
+// (and cuda:0 x 3) against one cuda:0 on the whole batch, every schedule, tied
+// or not, fp32 and bf16 (the CUDA bf16 path: cuBLASLt, the attention the build
+// picks, the fused classifier); --recompute bit-identical on the GPU too.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "models/llama_layout.h"
+#include "tests/engine/parallel/parallel_test_util.h"
+
+using namespace fanout;
+using namespace fanout::test;
+using parallel::PipeSchedule;
+
+namespace {
+
+void check_close(const RunResult& got, const RunResult& ref, const models::LlamaConfig& config,
+                 double loss_tol, double grad_tol, double update_tol) {
+  REQUIRE(got.losses.size() == ref.losses.size());
+  for (size_t s = 0; s < ref.losses.size(); ++s) {
+    CAPTURE(s);
+    CHECK(std::abs(got.losses[s] - ref.losses[s]) <= loss_tol * std::abs(ref.losses[s]));
+    CHECK(std::abs(got.grad_norms[s] - ref.grad_norms[s]) <= grad_tol * ref.grad_norms[s]);
+  }
+  const models::LlamaLayout layout(config);
+  for (const models::ParamInfo& p : layout.params()) {
+    CAPTURE(p.name);
+    std::vector<float> a(got.first_grads.begin() + p.offset,
+                         got.first_grads.begin() + p.offset + p.numel);
+    std::vector<float> b(ref.first_grads.begin() + p.offset,
+                         ref.first_grads.begin() + p.offset + p.numel);
+    CHECK(rel_l2(a, b) <= grad_tol);
+  }
+  CHECK(rel_l2(difference(got.final_params, got.init_params),
+               difference(ref.final_params, ref.init_params)) <= update_tol);
+}
+
+}  // namespace
+
+TEST_CASE("pipeline on cuda:0 x K equals one cuda:0 on the whole batch") {
+  const TestBatch batch = make_batch(8, 8, 61, 21, {0, 3, 7, 1, 0, 5, 2, 8});
+  for (DType working : {DType::f32, DType::bf16}) {
+    for (bool tied : {false, true}) {
+      models::LlamaConfig config = small_test_config();
+      config.num_hidden_layers = 3;
+      config.tie_word_embeddings = tied;
+      parallel::DataParallelOptions one;
+      one.device_ids = {cuda_device(0)};
+      const RunResult ref = run_data_parallel(one, batch, 3, 7, working, &config);
+      REQUIRE(ref.losses[2] < ref.losses[0]);
+      for (const char* devices : {"cuda:0,cuda:0", "cuda:0,cuda:0,cuda:0"}) {
+        for (PipeSchedule sched :
+             {PipeSchedule::gpipe, PipeSchedule::one_f_one_b, PipeSchedule::zb1}) {
+          CAPTURE(dtype_name(working));
+          CAPTURE(tied);
+          CAPTURE(devices);
+          CAPTURE(parallel::pipe_schedule_name(sched));
+          PipelineSetup setup;
+          setup.devices = devices;
+          setup.stages = std::string(devices).size() > 14 ? 3 : 2;
+          setup.micro_batches = 4, setup.schedule = sched;
+          RunResult got = run_pipeline(setup, batch, 3, 7, working, &config);
+          if (working == DType::f32)
+            check_close(got, ref, config, 1e-5, 1e-5, 1e-3);
+          else
+            check_close(got, ref, config, 1e-4, 1e-3, 1e-2);
+          setup.recompute = true;
+          RunResult again = run_pipeline(setup, batch, 3, 7, working, &config);
+          CHECK(again.losses == got.losses);
+          CHECK(again.final_params == got.final_params);
+        }
+      }
+    }
+  }
+}
