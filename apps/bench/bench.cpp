@@ -12,6 +12,7 @@
 
 #include "apps/presentation/text_format.h"
 #include "apps/presentation/text_table.h"
+#include "apps/presentation/trace_timeline.h"
 #include "apps/train/memory_check.h"
 #include "apps/train/train_pipeline.h"
 #include "apps/train/training.h"
@@ -61,26 +62,6 @@ std::vector<parallel::Mode> bench_modes_parse(const std::string& list) {
 
 namespace {
 
-// The share of the stages' time idle in one traced step of a pipeline: the
-// action spans (F3, B0, I1, W2) on each stage's lane between t0 and t1, their
-// sum against the stages times the span from the first to the last.
-double traced_bubble(const std::vector<TraceSpan>& spans, int64_t t0, int64_t t1) {
-  std::vector<std::string> lanes;
-  int64_t first = t1, last = t0, busy = 0;
-  for (const TraceSpan& sp : spans) {
-    if (sp.begin_us < t0 || sp.end_us > t1 || sp.name.size() < 2 ||
-        std::string("FBIW").find(sp.name[0]) == std::string::npos ||
-        sp.name.find_first_not_of("0123456789", 1) != std::string::npos)
-      continue;
-    if (std::find(lanes.begin(), lanes.end(), sp.lane) == lanes.end()) lanes.push_back(sp.lane);
-    first = std::min(first, sp.begin_us), last = std::max(last, sp.end_us);
-    busy += sp.end_us - sp.begin_us;
-  }
-  if (lanes.empty() || last <= first) return -1;
-  return 1.0 - static_cast<double>(busy) /
-                   (static_cast<double>(lanes.size()) * static_cast<double>(last - first));
-}
-
 // One more step of a pipeline under the trace: its bubble, and the schedule's.
 void pipeline_bubble(train::Training& training, const parallel::HostBatch& batch, int64_t n,
                      int64_t step, presentation::BenchResult& result) {
@@ -90,7 +71,7 @@ void pipeline_bubble(train::Training& training, const parallel::HostBatch& batch
   const int64_t t0 = trace.now_us();
   training.step(batch, static_cast<double>(n), step, training.options().adam.lr, 1.0);
   const int64_t t1 = trace.now_us();
-  result.bubble = traced_bubble(trace.spans(), t0, t1);
+  result.bubble = presentation::trace_pipeline_bubble(trace.spans(), t0, t1);
   if (!was) trace.set_enabled(false), trace.clear();
   const parallel::Pipeline& pipe = training.pipeline();
   result.stages = pipe.stages();

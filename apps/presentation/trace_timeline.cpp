@@ -144,4 +144,21 @@ std::string timeline_render(const std::vector<TraceSpan>& all, int64_t t0, int64
   return out;
 }
 
+double trace_pipeline_bubble(const std::vector<TraceSpan>& spans, int64_t t0_us, int64_t t1_us) {
+  std::vector<std::string> lanes;
+  int64_t first = t1_us, last = t0_us, busy = 0;
+  for (const TraceSpan& sp : spans) {
+    const bool action = sp.name.size() >= 2 &&
+                        std::string("FBIW").find(sp.name[0]) != std::string::npos &&
+                        sp.name.find_first_not_of("0123456789", 1) == std::string::npos;
+    if (!action || sp.begin_us < t0_us || sp.end_us > t1_us) continue;
+    if (std::find(lanes.begin(), lanes.end(), sp.lane) == lanes.end()) lanes.push_back(sp.lane);
+    first = std::min(first, sp.begin_us), last = std::max(last, sp.end_us);
+    busy += sp.end_us - sp.begin_us;
+  }
+  if (lanes.empty() || last <= first) return -1;
+  return 1.0 - static_cast<double>(busy) /
+                   (static_cast<double>(lanes.size()) * static_cast<double>(last - first));
+}
+
 }  // namespace fanout::presentation

@@ -31,4 +31,9 @@ std::vector<std::string> timeline_lanes(const std::vector<TraceSpan>& spans);
 std::string timeline_render(const std::vector<TraceSpan>& spans, int64_t t0_us, int64_t t1_us,
                             int width, bool color);
 
+// The share of the stages' time idle in a traced pipeline step: the action
+// spans (F3, B0, I1, W2) between t0_us and t1_us, summed per stage lane, against
+// the lanes times the span from the first to the last (-1 when there are none).
+double trace_pipeline_bubble(const std::vector<TraceSpan>& spans, int64_t t0_us, int64_t t1_us);
+
 }  // namespace fanout::presentation

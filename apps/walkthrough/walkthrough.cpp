@@ -13,6 +13,7 @@
 #include "apps/train/training.h"
 #include "apps/walkthrough/walkthrough_ddp.h"
 #include "apps/walkthrough/walkthrough_narrator.h"
+#include "apps/walkthrough/walkthrough_pipeline.h"
 #include "apps/walkthrough/walkthrough_precision.h"
 #include "apps/walkthrough/walkthrough_prose.h"
 #include "apps/walkthrough/walkthrough_zero.h"
@@ -386,6 +387,8 @@ WalkthroughResult walkthrough_run(const WalkthroughOptions& o, std::ostream& out
   walk::ddp_narrate(o, result.ddp, result.modes, ddp_index, out);
   // Not traced: the trace shows the modes.
   result.precision = walk::walkthrough_precision(o, narrator.data(), ddp_index + 1, out);
+  result.pipeline = walk::walkthrough_pipeline(o, narrator.data(), result.modes[0].losses.at(0),
+                                               ddp_index + 2, out);
   narrator.summary(result.modes);
   if (!o.trace_path.empty()) {
     std::vector<TraceSpan> spans = Trace::global().spans();

@@ -100,12 +100,24 @@ struct WalkthroughDdp {
   int64_t host_sum_bytes = 0;   // the loss and stop flags summed as doubles, per step
 };
 
+// The pipeline section's figures (walkthrough_pipeline.h): one 1F1B step.
+struct WalkthroughPipeline {
+  int stages = 0, micro_batches = 0;
+  std::string cut;   // the stages' units, one line
+  std::string grid;  // the schedule as a stage x time grid (equal stage costs)
+  double bubble_schedule = 0, bubble_measured = -1;
+  double loss = 0, dp_loss = 0;  // this step's, and dp's on the same batch and weights
+  int64_t boundary_bytes = 0;    // hidden states and their gradients between stages
+  std::vector<presentation::DevicePeak> memory;  // per distinct device
+};
+
 struct WalkthroughResult {
   int64_t parameters = 0;
   std::vector<WalkthroughMode> modes;
   WalkthroughDdp ddp;
   // fp32, bf16, bf16 + --grad-comm bf16 for dp, then for zero1.
   std::vector<WalkthroughPrecisionRun> precision;
+  WalkthroughPipeline pipeline;
 };
 
 // Runs the six modes in order, narrates a ddp step (computed, not run), then the

@@ -169,3 +169,43 @@ TEST_CASE("train --pp --balance: layers per stage, flops and time cut the model"
     if (std::string(balance) == "2,0") CHECK(has(line[0], "1 = unit 3 (head)"));
   }
 }
+
+TEST_CASE("train --pp: the small preset trains on 4 devices capped below what dp needs") {
+  TempDir dir("fanout-pp-memory");
+  auto run = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train",
+                                     "--preset",
+                                     "small",
+                                     "--devices",
+                                     "cpu:0,cpu:1,cpu:2,cpu:3",
+                                     "--device-memory",
+                                     "200MiB",
+                                     "--batch-size",
+                                     "8",
+                                     "--seq-len",
+                                     "64",
+                                     "--steps",
+                                     "2",
+                                     "--eval-every",
+                                     "0",
+                                     "--val-split",
+                                     "0",
+                                     "--save-every",
+                                     "0",
+                                     "--json",
+                                     "--out",
+                                     dir / name};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_fanout(args);
+  };
+  // dp: the whole model, its gradients and AdamW state on cpu:0 alone pass 200 MiB.
+  CliResult dp = run("dp", {});
+  check_fails(dp.rc, dp.err, "out of memory on cpu:0 (--device-memory 200.0 MiB)");
+  for (const char* pp : {"4", "2"}) {
+    CAPTURE(pp);
+    CliResult r = run(std::string("pp") + pp, {"--pp", pp});
+    INFO("stderr: " << r.err);
+    CHECK(r.rc == 0);
+    CHECK(metrics_losses(dir / (std::string("pp") + pp) + "/metrics.jsonl").size() == 2);
+  }
+}
