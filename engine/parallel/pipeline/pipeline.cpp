@@ -10,27 +10,17 @@
 
 namespace fanout::parallel {
 
-namespace {
-
-// Micro-batches in flight at most on a stage: forwards run minus micro-batches
-// whose last backward action ran, along its list (the order it really runs).
-int most_in_flight(const std::vector<Action>& actions) {
-  int now = 0, most = 0;
-  for (const Action& a : actions) {
-    if (a.kind == ActionKind::forward) most = std::max(most, ++now);
-    if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight) --now;
-  }
-  return std::max(most, 1);
-}
-
-}  // namespace
-
 Pipeline::Pipeline(const StageFactory& factory, PipelineOptions options)
     : options_(std::move(options)) {
   const int K = options_.stages, n = static_cast<int>(options_.devices.size());
   FANOUT_CHECK(K >= 1, "--pp must be at least 1, got ", K);
   FANOUT_CHECK(n % K == 0, "--pp ", K, " does not divide the ", n, " devices listed");
   replicas_ = n / K;
+  for (const Device& d : options_.devices) {
+    FANOUT_CHECK(d.is_cuda() == options_.devices[0].is_cuda(),
+                 "a pipeline's devices are all CPU devices or all CUDA devices, got ",
+                 devices_str(options_.devices));
+  }
   if (options_.micro_batches == 0) options_.micro_batches = 2 * K;
   FANOUT_CHECK(options_.micro_batches >= 1, "--micro-batches must be at least 1, got ",
                options_.micro_batches);
@@ -38,7 +28,10 @@ Pipeline::Pipeline(const StageFactory& factory, PipelineOptions options)
                 "a stage cut needs ", K + 1, " bounds");
   schedule_ = make_schedule(options_.schedule, K, options_.micro_batches);
   check_schedule(schedule_);
-  for (int s = 0; s < K; ++s) slots_.push_back(most_in_flight(schedule_.actions[s]));
+  // Activation slots: the most micro-batches a stage holds at once (each stage
+  // runs its list in order, so the simulation's count is the real one).
+  for (int in_flight : simulate_schedule(schedule_).peak_in_flight)
+    slots_.push_back(std::max(in_flight, 1));
   for (int d = 0; d < replicas_; ++d)
     for (int s = 0; s < K; ++s)
       stages_.push_back(
@@ -104,6 +97,16 @@ void Pipeline::grads_to_host(float* values) {
 
 // --- after backward -----------------------------------------------------------
 
+std::pair<std::vector<Tensor>, std::vector<Stream*>> Pipeline::across_replicas(
+    int s, Tensor (PipeStage::*buffer)()) {
+  std::pair<std::vector<Tensor>, std::vector<Stream*>> out;
+  for (int d = 0; d < replicas_; ++d) {
+    out.first.push_back((stage(s, d).*buffer)());
+    out.second.push_back(&stage(s, d).compute_stream());
+  }
+  return out;
+}
+
 void Pipeline::reduce_gradients() {
   const int K = stages();
   for (int d = 0; d < replicas_ && K > 1; ++d) {
@@ -120,12 +123,7 @@ void Pipeline::reduce_gradients() {
     first.compute_stream().synchronize();
   }
   for (int s = 0; s < K && replicas_ > 1; ++s) {
-    std::vector<Tensor> bufs;
-    std::vector<Stream*> streams;
-    for (int d = 0; d < replicas_; ++d) {
-      bufs.push_back(stage(s, d).grads());
-      streams.push_back(&stage(s, d).compute_stream());
-    }
+    auto [bufs, streams] = across_replicas(s, &PipeStage::grads);
     stage_comms_[s]->reduce(bufs, streams, 0, 0, bufs[0].numel());
     for (Stream* st : streams) st->synchronize();
   }
@@ -185,12 +183,7 @@ void Pipeline::shards_to_host(const std::vector<Tensor>& per_shard, float* out) 
 // Every replica's working weights <- replica 0's (the only one updated).
 void Pipeline::sync_replicas() {
   for (int s = 0; s < stages() && replicas_ > 1; ++s) {
-    std::vector<Tensor> bufs;
-    std::vector<Stream*> streams;
-    for (int d = 0; d < replicas_; ++d) {
-      bufs.push_back(stage(s, d).working_params());
-      streams.push_back(&stage(s, d).compute_stream());
-    }
+    auto [bufs, streams] = across_replicas(s, &PipeStage::working_params);
     stage_comms_[s]->broadcast(bufs, streams, 0, 0, bufs[0].numel());
     for (Stream* st : streams) st->synchronize();
   }

@@ -27,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/core/allocator.h"
@@ -119,13 +120,15 @@ class Pipeline final : public ShardSet {
   void run_lanes(const std::function<void(int)>& fn);
   void run_actions(int lane, const std::vector<int64_t>& rows, int64_t T, int32_t ignore_index,
                    float normalizer, bool backward);
-  void prepare(const HostBatch& batch, const std::vector<std::vector<int64_t>>& rows,
-               bool backward);
+  void prepare(const HostBatch& batch, const std::vector<std::vector<int64_t>>& rows);
   // Host-side: the action that fills (lane, micro, kind) was queued.
   void post(int lane, int micro, int kind);
   void wait_posted(int lane, int micro, int kind);
   void copy_between(Stream& stream, const Tensor& dst, const Tensor& src);
   LossStats step(const HostBatch& batch, int32_t ignore_index, double normalizer, bool backward);
+  // Stage s's buffer (grads, working_params) and compute stream on every replica.
+  std::pair<std::vector<Tensor>, std::vector<Stream*>> across_replicas(
+      int s, Tensor (PipeStage::*buffer)());
   void sync_replicas();  // replica 0's working weights to every copy
   void sync_tied();      // the first stage's embedding to a tied lm_head's copy
   void recover();

@@ -80,16 +80,16 @@ void Pipeline::recover() {
 
 // Buffers for this step's micro-batches: tokens on first stages, targets and
 // loss statistics on last stages, boundary buffers on the receiving side.
-void Pipeline::prepare(const HostBatch& batch, const std::vector<std::vector<int64_t>>& rows,
-                       bool backward) {
+void Pipeline::prepare(const HostBatch& batch, const std::vector<std::vector<int64_t>>& rows) {
   const int K = options_.stages, M = options_.micro_batches;  // the most any step uses
   for (int li = 0; li < static_cast<int>(lanes_.size()); ++li) {
     const int s = li % K, d = li / K;
     Lane& ln = *lanes_[li];
     PipeStage& st = *stages_[li];
     const int64_t most = *std::max_element(rows[d].begin(), rows[d].end());
-    st.reserve_slots(backward ? slots_[s] : 1, most, batch.T,
-                     backward && options_.schedule == PipeSchedule::zb1);
+    // The same slots for evaluation (which uses the first): nothing reallocated
+    // between training steps and evaluations.
+    st.reserve_slots(slots_[s], most, batch.T, options_.schedule == PipeSchedule::zb1);
     ln.layout(rows[d], batch.T, st.hidden_size(), s > 0, s < K - 1, s == K - 1, M);
   }
 }
@@ -117,7 +117,7 @@ LossStats Pipeline::step(const HostBatch& batch, int32_t ignore_index, double no
   std::vector<std::vector<int64_t>> rows(D);
   std::vector<int64_t> per_replica = even_split(batch.B, D);
   for (int d = 0; d < D; ++d) rows[d] = even_split(per_replica[d], M);
-  prepare(batch, rows, backward);
+  prepare(batch, rows);
   run_lanes([&](int li) {
     const int s = li % K, d = li / K;
     int64_t row0 = 0;

@@ -1,5 +1,7 @@
 #include "tests/engine/parallel/parallel_test_util.h"
 
+#include <doctest/doctest.h>
+
 #include <cmath>
 #include <random>
 
@@ -164,6 +166,29 @@ RunResult run_pipeline(const PipelineSetup& setup, const TestBatch& batch, int s
   out.final_params.assign(layout.total(), 0.0f);
   pipe->params_to_host(out.final_params.data());
   return out;
+}
+
+void check_runs_close(const RunResult& got, const RunResult& ref, const models::LlamaConfig& config,
+                      double loss_tol, double grad_tol, double update_tol) {
+  REQUIRE(got.losses.size() == ref.losses.size());
+  for (size_t s = 0; s < ref.losses.size(); ++s) {
+    CAPTURE(s);
+    CHECK(std::abs(got.losses[s] - ref.losses[s]) <= loss_tol * std::abs(ref.losses[s]));
+    CHECK(std::abs(got.grad_norms[s] - ref.grad_norms[s]) <= grad_tol * ref.grad_norms[s]);
+  }
+  const models::LlamaLayout layout(config);
+  for (const models::ParamInfo& p : layout.params()) {
+    CAPTURE(p.name);
+    std::vector<float> a(got.first_grads.begin() + p.offset,
+                         got.first_grads.begin() + p.offset + p.numel);
+    std::vector<float> b(ref.first_grads.begin() + p.offset,
+                         ref.first_grads.begin() + p.offset + p.numel);
+    CHECK(rel_l2(a, b) <= grad_tol);
+  }
+  const std::vector<float> du = difference(got.final_params, got.init_params);
+  const std::vector<float> dr = difference(ref.final_params, ref.init_params);
+  REQUIRE(rel_l2(dr, std::vector<float>(dr.size(), 0.0f)) > 0);  // the reference moved
+  CHECK(rel_l2(du, dr) <= update_tol);
 }
 
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {

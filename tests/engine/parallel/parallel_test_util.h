@@ -72,6 +72,12 @@ RunResult run_pipeline(const PipelineSetup& setup, const TestBatch& batch, int s
                        uint64_t seed = 7, DType working = DType::f32,
                        const models::LlamaConfig* model = nullptr);
 
+// got against ref (doctest CHECKs, relative tolerances): losses and grad norms
+// per step, each tensor's gradient after step 1 (rel_l2, tensors of `config`),
+// the change of the weights over the run; the reference must have moved.
+void check_runs_close(const RunResult& got, const RunResult& ref, const models::LlamaConfig& config,
+                      double loss_tol, double grad_tol, double update_tol);
+
 // ||a - b|| / ||b||
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b);
 std::vector<float> difference(const std::vector<float>& a, const std::vector<float>& b);

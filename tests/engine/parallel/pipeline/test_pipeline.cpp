@@ -48,33 +48,9 @@ constexpr Tolerance kF32{1e-5, 1e-5, 1e-3};
 // another order, and a last-bit flip before a bf16 store moves a value by 2^-8.
 constexpr Tolerance kBf16{1e-4, 1e-3, 1e-2};
 
-double l2(const std::vector<float>& v) {
-  double s = 0;
-  for (float x : v) s += double(x) * x;
-  return std::sqrt(s);
-}
-
 void check_close(const RunResult& got, const RunResult& ref, const models::LlamaConfig& config,
                  Tolerance tol) {
-  REQUIRE(got.losses.size() == ref.losses.size());
-  for (size_t s = 0; s < ref.losses.size(); ++s) {
-    CAPTURE(s);
-    CHECK(std::abs(got.losses[s] - ref.losses[s]) <= tol.loss * std::abs(ref.losses[s]));
-    CHECK(std::abs(got.grad_norms[s] - ref.grad_norms[s]) <= tol.grad * ref.grad_norms[s]);
-  }
-  const models::LlamaLayout layout(config);
-  for (const models::ParamInfo& p : layout.params()) {
-    CAPTURE(p.name);
-    std::vector<float> a(got.first_grads.begin() + p.offset,
-                         got.first_grads.begin() + p.offset + p.numel);
-    std::vector<float> b(ref.first_grads.begin() + p.offset,
-                         ref.first_grads.begin() + p.offset + p.numel);
-    CHECK(rel_l2(a, b) <= tol.grad);
-  }
-  auto du = difference(got.final_params, got.init_params);
-  auto dr = difference(ref.final_params, ref.init_params);
-  REQUIRE(l2(dr) > 0);  // the reference moved
-  CHECK(rel_l2(du, dr) <= tol.update);
+  check_runs_close(got, ref, config, tol.loss, tol.grad, tol.update);
 }
 
 RunResult one_device(const TestBatch& batch, const models::LlamaConfig& config, DType working) {

@@ -7,37 +7,11 @@
 
 #include <cmath>
 
-#include "models/llama_layout.h"
 #include "tests/engine/parallel/parallel_test_util.h"
 
 using namespace fanout;
 using namespace fanout::test;
 using parallel::PipeSchedule;
-
-namespace {
-
-void check_close(const RunResult& got, const RunResult& ref, const models::LlamaConfig& config,
-                 double loss_tol, double grad_tol, double update_tol) {
-  REQUIRE(got.losses.size() == ref.losses.size());
-  for (size_t s = 0; s < ref.losses.size(); ++s) {
-    CAPTURE(s);
-    CHECK(std::abs(got.losses[s] - ref.losses[s]) <= loss_tol * std::abs(ref.losses[s]));
-    CHECK(std::abs(got.grad_norms[s] - ref.grad_norms[s]) <= grad_tol * ref.grad_norms[s]);
-  }
-  const models::LlamaLayout layout(config);
-  for (const models::ParamInfo& p : layout.params()) {
-    CAPTURE(p.name);
-    std::vector<float> a(got.first_grads.begin() + p.offset,
-                         got.first_grads.begin() + p.offset + p.numel);
-    std::vector<float> b(ref.first_grads.begin() + p.offset,
-                         ref.first_grads.begin() + p.offset + p.numel);
-    CHECK(rel_l2(a, b) <= grad_tol);
-  }
-  CHECK(rel_l2(difference(got.final_params, got.init_params),
-               difference(ref.final_params, ref.init_params)) <= update_tol);
-}
-
-}  // namespace
 
 TEST_CASE("pipeline on cuda:0 x K equals one cuda:0 on the whole batch") {
   const TestBatch batch = make_batch(8, 8, 61, 21, {0, 3, 7, 1, 0, 5, 2, 8});
@@ -63,9 +37,9 @@ TEST_CASE("pipeline on cuda:0 x K equals one cuda:0 on the whole batch") {
           setup.micro_batches = 4, setup.schedule = sched;
           RunResult got = run_pipeline(setup, batch, 3, 7, working, &config);
           if (working == DType::f32)
-            check_close(got, ref, config, 1e-5, 1e-5, 1e-3);
+            check_runs_close(got, ref, config, 1e-5, 1e-5, 1e-3);
           else
-            check_close(got, ref, config, 1e-4, 1e-3, 1e-2);
+            check_runs_close(got, ref, config, 1e-4, 1e-3, 1e-2);
           setup.recompute = true;
           RunResult again = run_pipeline(setup, batch, 3, 7, working, &config);
           CHECK(again.losses == got.losses);
