@@ -83,8 +83,10 @@ void prepare_pipeline(const TrainOptions& o, Setup& s, const std::set<std::strin
   const int64_t n = static_cast<int64_t>(s.devices.size());
   FANOUT_CHECK(!s.ddp.enabled, "--pp runs its stages in one process: it does not combine with ",
                "--strategy ", o.strategy, " across processes");
-  FANOUT_CHECK(s.strategy.strategy == parallel::Strategy::dp, "--pp ", K,
-               " sums each stage's gradients over its replicas as --strategy dp does; it does "
+  FANOUT_CHECK(s.strategy.strategy == parallel::Strategy::dp ||
+                   s.strategy.strategy == parallel::Strategy::zero1,
+               "--pp ", K,
+               " shares each stage among its replicas as --strategy dp or zero1 does; it does "
                "not combine with --strategy ",
                o.strategy);
   FANOUT_CHECK(!o.overlap,

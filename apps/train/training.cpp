@@ -66,6 +66,7 @@ void Training::make_pipeline(const InitialWeights& initial) {
   po.schedule = options_.pipe_schedule;
   po.micro_batches = options_.micro_batches;
   po.cut = options_.cut;
+  po.strategy = options_.strategy;
   auto factory = [&](Device d, int stage, int replica, int first, int last) {
     std::string lane = d.str() + " stage " + std::to_string(stage);
     if (static_cast<int>(options_.devices.size()) > options_.stages)

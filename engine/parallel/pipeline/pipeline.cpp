@@ -42,6 +42,11 @@ Pipeline::Pipeline(const StageFactory& factory, PipelineOptions options)
                   "stage ", s, "'s range does not follow the one before");
   }
   total_ = stages_[K - 1]->stage_range().end;
+  FANOUT_CHECK(options_.strategy == Strategy::dp || options_.strategy == Strategy::zero1,
+               "--pp sums each stage's gradients over its replicas as --strategy dp or zero1 "
+               "does; it does not combine with --strategy ",
+               strategy_name(options_.strategy));
+  make_shards();
   for (int i = 0; i < n; ++i) lanes_.push_back(std::make_unique<Lane>(options_.devices[i]));
   pool_ = std::make_unique<ThreadPool>(options_.devices);
   posted_.assign(static_cast<size_t>(n) * options_.micro_batches * 2, 0);
@@ -81,18 +86,18 @@ void Pipeline::params_from_host(const float* values) {
   sync_tied();
 }
 
+// Each shard from its owner (zero1 in bf16: an owner's master is current in
+// its own shard only).
 void Pipeline::params_to_host(float* values) {
-  for (int s = 0; s < stages(); ++s) {
-    PipeStage& st = stage(s);
-    tensor_to_host(st.compute_stream(), st.params(), values + st.stage_range().begin);
-  }
+  std::vector<Tensor> per_shard;
+  for (int i = 0; i < static_cast<int>(shards_.size()); ++i) per_shard.push_back(shard_params(i));
+  shards_to_host(per_shard, values);
 }
 
 void Pipeline::grads_to_host(float* values) {
-  for (int s = 0; s < stages(); ++s) {
-    PipeStage& st = stage(s);
-    tensor_to_host(st.compute_stream(), st.grads(), values + st.stage_range().begin);
-  }
+  std::vector<Tensor> per_shard;
+  for (int i = 0; i < static_cast<int>(shards_.size()); ++i) per_shard.push_back(shard_grads(i));
+  shards_to_host(per_shard, values);
 }
 
 // --- after backward -----------------------------------------------------------
@@ -124,67 +129,98 @@ void Pipeline::reduce_gradients() {
   }
   for (int s = 0; s < K && replicas_ > 1; ++s) {
     auto [bufs, streams] = across_replicas(s, &PipeStage::grads);
-    stage_comms_[s]->reduce(bufs, streams, 0, 0, bufs[0].numel());
+    if (zero1())
+      stage_comms_[s]->reduce_scatter(bufs, streams, bounds_[s], 0, bufs[0].numel());
+    else
+      stage_comms_[s]->reduce(bufs, streams, 0, 0, bufs[0].numel());
     for (Stream* st : streams) st->synchronize();
   }
 }
 
 // --- the optimizer's half -------------------------------------------------------
 
+// dp: one shard per stage, replica 0's; zero1: one per stage and replica, the
+// replica's part of the stage (bounds_).
+void Pipeline::make_shards() {
+  for (int s = 0; s < stages(); ++s) {
+    const ParamUnit r = stages_[s]->stage_range();
+    const int owners = zero1() ? replicas_ : 1;
+    bounds_.push_back(shard_bounds(r.end - r.begin, owners));
+    for (int d = 0; d < owners; ++d)
+      shards_.push_back({s, d, bounds_[s][d], bounds_[s][d + 1], r.begin});
+  }
+}
+
 std::vector<ParamUnit> Pipeline::shards() const {
   std::vector<ParamUnit> out;
-  for (int s = 0; s < stages(); ++s) out.push_back(stages_[s]->stage_range());
+  for (const ShardAt& sh : shards_) out.push_back({sh.base + sh.lo, sh.base + sh.hi});
   return out;
 }
 
-Tensor Pipeline::shard_working(int i) {
-  PipeStage& st = *stages_[i];
-  return st.working_dtype() == DType::f32 ? Tensor() : st.working_params();
+Tensor Pipeline::shard_params(int i) {
+  const ShardAt& sh = shards_[i];
+  return stage(sh.stage, sh.replica).params().view(sh.lo, {sh.hi - sh.lo});
 }
 
-// Replica 0's stages are lanes 0..K-1: shard i is lane i.
-double Pipeline::sum_over_shards(const std::function<double(int)>& partial) {
-  std::vector<double> parts(stages(), 0.0);
-  std::vector<int> first_lanes;
-  for (int s = 0; s < stages(); ++s) first_lanes.push_back(index(s, 0));
-  pool_->run_on(first_lanes, [&](int i) {
-    parts[i] = partial(i);
-    stages_[i]->compute_stream().synchronize();
+Tensor Pipeline::shard_grads(int i) {
+  const ShardAt& sh = shards_[i];
+  return stage(sh.stage, sh.replica).grads().view(sh.lo, {sh.hi - sh.lo});
+}
+
+Tensor Pipeline::shard_working(int i) {
+  const ShardAt& sh = shards_[i];
+  PipeStage& st = stage(sh.stage, sh.replica);
+  if (st.working_dtype() == DType::f32) return Tensor();
+  return st.working_params().view(sh.lo, {sh.hi - sh.lo});
+}
+
+// fn(i) for every shard on its owner's thread; the owners' streams drained.
+void Pipeline::run_on_shards(const std::function<void(int)>& fn) {
+  std::vector<int> owners;
+  for (const ShardAt& sh : shards_) owners.push_back(index(sh.stage, sh.replica));
+  pool_->run_on(owners, [&](int lane) {
+    const int i = static_cast<int>(std::find(owners.begin(), owners.end(), lane) - owners.begin());
+    fn(i);
+    stages_[lane]->compute_stream().synchronize();
   });
+}
+
+double Pipeline::sum_over_shards(const std::function<double(int)>& partial) {
+  std::vector<double> parts(shards_.size(), 0.0);
+  run_on_shards([&](int i) { parts[i] = partial(i); });
   double total = 0;
   for (double p : parts) total += p;
   return total;
 }
 
 void Pipeline::update_shards(const std::function<bool(int)>& update) {
-  std::vector<int> first_lanes;
-  for (int s = 0; s < stages(); ++s) first_lanes.push_back(index(s, 0));
-  pool_->run_on(first_lanes, [&](int i) {
-    PipeStage& st = *stages_[i];
-    if (!update(i)) {
-      const ParamUnit r = st.stage_range();
-      st.params_to_working(r.begin, r.end);
-    }
-    st.compute_stream().synchronize();
+  run_on_shards([&](int i) {
+    if (update(i)) return;
+    const ShardAt& sh = shards_[i];
+    stage(sh.stage, sh.replica).params_to_working(sh.base + sh.lo, sh.base + sh.hi);
   });
   sync_replicas();
   sync_tied();
 }
 
 void Pipeline::shards_to_host(const std::vector<Tensor>& per_shard, float* out) {
-  FANOUT_ASSERT(static_cast<int>(per_shard.size()) == stages(), "one tensor per stage");
-  for (int s = 0; s < stages(); ++s) {
-    const ParamUnit r = stages_[s]->stage_range();
-    tensor_to_host(stages_[s]->compute_stream(), per_shard[s].view(0, {r.end - r.begin}),
-                   out + r.begin);
+  FANOUT_ASSERT(per_shard.size() == shards_.size(), "one tensor per shard");
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    const ShardAt& sh = shards_[i];
+    tensor_to_host(stage(sh.stage, sh.replica).compute_stream(),
+                   per_shard[i].view(0, {sh.hi - sh.lo}), out + sh.base + sh.lo);
   }
 }
 
-// Every replica's working weights <- replica 0's (the only one updated).
+// Every replica's working weights <- replica 0's (dp: the only one updated), or
+// each owner's shard (zero1).
 void Pipeline::sync_replicas() {
   for (int s = 0; s < stages() && replicas_ > 1; ++s) {
     auto [bufs, streams] = across_replicas(s, &PipeStage::working_params);
-    stage_comms_[s]->broadcast(bufs, streams, 0, 0, bufs[0].numel());
+    if (zero1())
+      stage_comms_[s]->all_gather(bufs, streams, bounds_[s], 0, bufs[0].numel());
+    else
+      stage_comms_[s]->broadcast(bufs, streams, 0, 0, bufs[0].numel());
     for (Stream* st : streams) st->synchronize();
   }
 }

@@ -12,7 +12,8 @@
 //   replicas  devices form a grid of D replicas x K stages (replica-major: the
 //             K stages of a replica are neighbours); the batch's rows are split
 //             over the replicas, each replica's into M micro-batches, and each
-//             stage's gradients summed over its replicas onto replica 0's
+//             stage's gradients summed over its replicas onto replica 0's (dp),
+//             or reduce-scattered over them, each updating its part (zero1)
 //   tied      a tied lm_head on the last stage is one logical weight with the
 //             first stage's embedding: its gradient is added there before the
 //             update, the updated weights copied back after it
@@ -36,6 +37,7 @@
 #include "engine/parallel/pipeline/schedule.h"
 #include "engine/parallel/pipeline/stage.h"
 #include "engine/parallel/shard_set.h"
+#include "engine/parallel/strategy.h"
 
 namespace fanout::parallel {
 
@@ -45,6 +47,11 @@ struct PipelineOptions {
   int stages = 1;
   PipeSchedule schedule = PipeSchedule::one_f_one_b;
   int micro_batches = 0;  // per replica and step; 0: 2 x stages
+  // How each stage's replicas share the update: dp (gradients summed onto
+  // replica 0, which updates and broadcasts), or zero1 (reduce-scattered: each
+  // replica updates its part of the stage with its part of the AdamW state, the
+  // parts all-gathered).
+  Strategy strategy = Strategy::dp;
   // stages + 1 unit indices (balance.h): stage s holds units [cut[s], cut[s+1]).
   std::vector<int> cut;
   // Test hooks, on each stage's host thread before each action: fault_hook
@@ -92,13 +99,14 @@ class Pipeline final : public ShardSet {
   void reduce_gradients();
 
   // --- ShardSet: the optimizer's half of a step, after reduce_gradients ---
-  // One shard per stage, replica 0's range, updated on the stage's thread; then
-  // every replica's working weights and a tied lm_head's copy follow.
+  // dp: one shard per stage (replica 0's); zero1: one per stage and replica.
+  // Each is updated on its owner's thread; then every replica's working weights
+  // and a tied lm_head's copy follow.
   std::vector<ParamUnit> shards() const override;
-  Device shard_device(int i) const override { return stages_[i]->device(); }
-  Stream& shard_stream(int i) override { return stages_[i]->compute_stream(); }
-  Tensor shard_params(int i) override { return stages_[i]->params(); }
-  Tensor shard_grads(int i) override { return stages_[i]->grads(); }
+  Device shard_device(int i) const override { return owner(i).device(); }
+  Stream& shard_stream(int i) override { return owner(i).compute_stream(); }
+  Tensor shard_params(int i) override;
+  Tensor shard_grads(int i) override;
   Tensor shard_working(int i) override;
   double sum_over_shards(const std::function<double(int)>& partial) override;
   void update_shards(const std::function<bool(int)>& update) override;
@@ -116,6 +124,16 @@ class Pipeline final : public ShardSet {
 
  private:
   struct Lane;  // one (replica, stage): boundary buffers, events, batch buffers
+  // A shard: [lo, hi) of stage `stage`'s buffers on `replica`; base: the stage's
+  // offset in the whole layout.
+  struct ShardAt {
+    int stage, replica;
+    int64_t lo, hi, base;
+  };
+  bool zero1() const { return options_.strategy == Strategy::zero1 && replicas_ > 1; }
+  void make_shards();
+  PipeStage& owner(int i) const { return *stages_[index(shards_[i].stage, shards_[i].replica)]; }
+  void run_on_shards(const std::function<void(int)>& fn);
   int index(int s, int replica) const { return replica * options_.stages + s; }
   void run_lanes(const std::function<void(int)>& fn);
   void run_actions(int lane, const std::vector<int64_t>& rows, int64_t T, int32_t ignore_index,
@@ -142,6 +160,8 @@ class Pipeline final : public ShardSet {
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<std::unique_ptr<Collectives>> stage_comms_;  // per stage, over its replicas
+  std::vector<ShardAt> shards_;
+  std::vector<std::vector<int64_t>> bounds_;  // per stage: its owners' parts
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<char> posted_;

@@ -125,6 +125,7 @@ std::unique_ptr<parallel::Pipeline> make_pipeline(const PipelineSetup& setup,
     for (const auto& u : probe.units()) costs.push_back(static_cast<double>(u.end - u.begin));
     o.cut = parallel::balance_cut(costs, setup.stages);
   }
+  o.strategy = setup.strategy;
   o.fault_hook = setup.fault_hook;
   o.delay_hook = setup.delay_hook;
   const bool recompute = setup.recompute;

@@ -94,26 +94,57 @@ TEST_CASE("pipeline: K stages, every schedule and micro-batch count, equal one d
   }
 }
 
-TEST_CASE("pipeline: 2 stages x 2 replicas equal one device") {
+TEST_CASE("pipeline: 2 stages x 2 replicas, and 2 x 3 under zero1, equal one device") {
   const TestBatch batch = pipeline_batch();
   for (DType working : {DType::f32, DType::bf16}) {
     for (bool tied : {false, true}) {
       const models::LlamaConfig config = pipeline_config(tied);
       const RunResult ref = one_device(batch, config, working);
       for (PipeSchedule sched : kSchedules) {
-        for (int M : {1, 2, 4}) {
-          CAPTURE(dtype_name(working));
-          CAPTURE(tied);
-          CAPTURE(M);
-          CAPTURE(parallel::pipe_schedule_name(sched));
-          PipelineSetup setup;
-          setup.stages = 2, setup.replicas = 2, setup.micro_batches = M, setup.schedule = sched;
-          RunResult got = run_pipeline(setup, batch, 3, 7, working, &config);
-          check_close(got, ref, config, working == DType::f32 ? kF32 : kBf16);
+        for (auto [strategy, replicas] : {std::pair{parallel::Strategy::dp, 2},
+                                          {parallel::Strategy::zero1, 2},
+                                          {parallel::Strategy::zero1, 3}}) {
+          for (int M : {1, 2}) {
+            CAPTURE(dtype_name(working));
+            CAPTURE(tied);
+            CAPTURE(M);
+            CAPTURE(parallel::pipe_schedule_name(sched));
+            CAPTURE(parallel::strategy_name(strategy));
+            CAPTURE(replicas);
+            PipelineSetup setup;
+            setup.stages = 2, setup.replicas = replicas, setup.micro_batches = M;
+            setup.schedule = sched, setup.strategy = strategy;
+            RunResult got = run_pipeline(setup, batch, 3, 7, working, &config);
+            check_close(got, ref, config, working == DType::f32 ? kF32 : kBf16);
+          }
         }
       }
     }
   }
+}
+
+TEST_CASE("pipeline: zero1 gives each replica its part of every stage to update") {
+  const models::LlamaConfig config = pipeline_config(false);
+  PipelineSetup setup;
+  setup.stages = 2, setup.replicas = 3, setup.strategy = parallel::Strategy::zero1;
+  auto pipe = make_pipeline(setup, config);
+  const std::vector<parallel::ParamUnit> shards = pipe->shards();
+  REQUIRE(shards.size() == 6);  // stage-major: each stage's 3 parts, in replica order
+  int64_t at = 0;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    CAPTURE(i);
+    CHECK(shards[i].begin == at);  // the parts tile the layout, in order
+    at = shards[i].end;
+    const parallel::ParamUnit stage = pipe->stage(static_cast<int>(i / 3)).stage_range();
+    const int64_t n = stage.end - stage.begin;
+    CHECK(shards[i].end - shards[i].begin <= (n + 2) / 3);
+    CHECK(pipe->shard_device(static_cast<int>(i)) ==
+          pipe->stage(static_cast<int>(i / 3), static_cast<int>(i % 3)).device());
+  }
+  CHECK(at == pipe->num_params());
+  setup.strategy = parallel::Strategy::zero2;
+  CHECK_THROWS_WITH_AS(make_pipeline(setup, config),
+                       doctest::Contains("does not combine with --strategy zero2"), Error);
 }
 
 TEST_CASE("pipeline: an explicit cut, with a stage of the embedding alone, equals one device") {
