@@ -89,9 +89,6 @@ void prepare_pipeline(const TrainOptions& o, Setup& s, const std::set<std::strin
                " shares each stage among its replicas as --strategy dp or zero1 does; it does "
                "not combine with --strategy ",
                o.strategy);
-  FANOUT_CHECK(!o.overlap,
-               "--overlap does not combine with --pp: each stage's gradients are "
-               "summed after the schedule");
   FANOUT_CHECK(s.loss_on == parallel::LossOn::replicas,
                "--pp computes the loss on the last stage: --loss-on output does not combine "
                "with it");

@@ -67,6 +67,7 @@ void Training::make_pipeline(const InitialWeights& initial) {
   po.micro_batches = options_.micro_batches;
   po.cut = options_.cut;
   po.strategy = options_.strategy;
+  po.overlap = options_.overlap;
   auto factory = [&](Device d, int stage, int replica, int first, int last) {
     std::string lane = d.str() + " stage " + std::to_string(stage);
     if (static_cast<int>(options_.devices.size()) > options_.stages)
@@ -120,10 +121,10 @@ parallel::LossStats Training::forward_backward(const std::vector<parallel::HostB
   if (dp_) dp_->zero_grad();
   parallel::LossStats total;
   for (size_t k = 0; k < micro.size(); ++k) {
-    parallel::LossStats st =
-        pipe_ ? pipe_->forward_backward(micro[k], models::kIgnoreIndex, normalizer)
-              : dp_->forward_backward(micro[k], models::kIgnoreIndex, normalizer,
-                                      k + 1 == micro.size());
+    parallel::LossStats st = pipe_ ? pipe_->forward_backward(micro[k], models::kIgnoreIndex,
+                                                             normalizer, k + 1 == micro.size())
+                                   : dp_->forward_backward(micro[k], models::kIgnoreIndex,
+                                                           normalizer, k + 1 == micro.size());
     total.loss_sum += st.loss_sum;
     total.count += st.count;
   }

@@ -7,6 +7,7 @@
 #include "engine/core/flat.h"
 #include "engine/parallel/collectives/collectives.h"
 #include "engine/parallel/pipeline/pipeline_lane.h"
+#include "engine/parallel/step_aborted.h"
 
 namespace fanout::parallel {
 
@@ -112,29 +113,62 @@ std::pair<std::vector<Tensor>, std::vector<Stream*>> Pipeline::across_replicas(
   return out;
 }
 
-void Pipeline::reduce_gradients() {
+bool Pipeline::tied() {
+  return stages() > 1 && stage(stages() - 1).tied_grads().defined();
+}
+
+// Replica d's first stage gets the tied lm_head's gradient added (queued on its
+// stream, once the last stage's work is done).
+void Pipeline::add_tied(int d) {
   const int K = stages();
-  for (int d = 0; d < replicas_ && K > 1; ++d) {
-    PipeStage& last = stage(K - 1, d);
-    Tensor tied = last.tied_grads();
-    if (!tied.defined()) break;
-    PipeStage& first = stage(0, d);
-    Lane& ln = *lanes_[index(0, d)];
-    if (!ln.tied_staging.defined() || ln.tied_staging.numel() < tied.numel())
-      ln.tied_staging = Tensor::empty({tied.numel()}, DType::f32, first.device(), MemTag::grads);
-    Tensor staging = ln.tied_staging.view(0, {tied.numel()});
-    copy_between(first.compute_stream(), staging, tied);
-    flat_add(first.compute_stream(), first.grads().view(0, {tied.numel()}), staging);
-    first.compute_stream().synchronize();
+  Tensor tied = stage(K - 1, d).tied_grads();
+  PipeStage& first = stage(0, d);
+  Lane& ln = *lanes_[index(0, d)];
+  if (!ln.tied_staging.defined() || ln.tied_staging.numel() < tied.numel())
+    ln.tied_staging = Tensor::empty({tied.numel()}, DType::f32, first.device(), MemTag::grads);
+  Tensor staging = ln.tied_staging.view(0, {tied.numel()});
+  copy_between(first.compute_stream(), staging, tied);
+  flat_add(first.compute_stream(), first.grads().view(0, {tied.numel()}), staging);
+}
+
+// Stage s's gradients over its replicas: summed onto replica 0 (dp), or
+// reduce-scattered (zero1); queued on the stage's streams.
+void Pipeline::reduce_stage(int s) {
+  if (replicas_ == 1) return;
+  auto [bufs, streams] = across_replicas(s, &PipeStage::grads);
+  if (zero1())
+    stage_comms_[s]->reduce_scatter(bufs, streams, bounds_[s], 0, bufs[0].numel());
+  else
+    stage_comms_[s]->reduce(bufs, streams, 0, 0, bufs[0].numel());
+}
+
+// --overlap: the last of a stage's replicas to finish the step's schedule
+// queues the stage's gradient sum, which runs while the stages before it still
+// compute (stage 0's once the tied lm_head's gradient joined it).
+void Pipeline::stage_done(int s) {
+  const int K = stages();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool last = ++stage_done_[s] == replicas_;
+    cv_.notify_all();
+    if (!last) return;
+    if (s == 0 && tied()) {
+      cv_.wait(lock, [&] { return stage_done_[K - 1] == replicas_ || aborted_; });
+      if (aborted_) throw StepAborted("stopped: another stage failed in this step");
+    }
   }
-  for (int s = 0; s < K && replicas_ > 1; ++s) {
-    auto [bufs, streams] = across_replicas(s, &PipeStage::grads);
-    if (zero1())
-      stage_comms_[s]->reduce_scatter(bufs, streams, bounds_[s], 0, bufs[0].numel());
-    else
-      stage_comms_[s]->reduce(bufs, streams, 0, 0, bufs[0].numel());
-    for (Stream* st : streams) st->synchronize();
+  if (s == 0 && tied())
+    for (int d = 0; d < replicas_; ++d) add_tied(d);
+  reduce_stage(s);
+}
+
+void Pipeline::reduce_gradients() {
+  if (!reduced_) {
+    for (int d = 0; d < replicas_ && tied(); ++d) add_tied(d);
+    for (int s = 0; s < stages(); ++s) reduce_stage(s);
   }
+  reduced_ = false;
+  for (auto& st : stages_) st->compute_stream().synchronize();
 }
 
 // --- the optimizer's half -------------------------------------------------------

@@ -52,6 +52,9 @@ struct PipelineOptions {
   // replica updates its part of the stage with its part of the AdamW state, the
   // parts all-gathered).
   Strategy strategy = Strategy::dp;
+  // Each stage's gradient sum starts as soon as its replicas finish the step's
+  // schedule, while the stages before it still run backward.
+  bool overlap = false;
   // stages + 1 unit indices (balance.h): stage s holds units [cut[s], cut[s+1]).
   std::vector<int> cut;
   // Test hooks, on each stage's host thread before each action: fault_hook
@@ -92,8 +95,11 @@ class Pipeline final : public ShardSet {
 
   void zero_grad();
   // Forward and backward of a batch through the schedule; gradients accumulate.
-  // FANOUT_CHECK: every replica gets at least micro_batches rows.
-  LossStats forward_backward(const HostBatch& batch, int32_t ignore_index, double normalizer);
+  // FANOUT_CHECK: every replica gets at least micro_batches rows. `last` marks
+  // the step's final batch (gradient accumulation): under overlap its gradient
+  // sums start as each stage finishes.
+  LossStats forward_backward(const HostBatch& batch, int32_t ignore_index, double normalizer,
+                             bool last = true);
   // Each stage's gradients summed over its replicas onto replica 0, and a tied
   // lm_head's gradient added to the embedding's.
   void reduce_gradients();
@@ -143,7 +149,12 @@ class Pipeline final : public ShardSet {
   void post(int lane, int micro, int kind);
   void wait_posted(int lane, int micro, int kind);
   void copy_between(Stream& stream, const Tensor& dst, const Tensor& src);
-  LossStats step(const HostBatch& batch, int32_t ignore_index, double normalizer, bool backward);
+  LossStats step(const HostBatch& batch, int32_t ignore_index, double normalizer, bool backward,
+                 bool last);
+  bool tied();  // a tied lm_head on the last stage, apart from the embedding
+  void add_tied(int replica);
+  void reduce_stage(int s);
+  void stage_done(int s);
   // Stage s's buffer (grads, working_params) and compute stream on every replica.
   std::pair<std::vector<Tensor>, std::vector<Stream*>> across_replicas(
       int s, Tensor (PipeStage::*buffer)());
@@ -165,6 +176,8 @@ class Pipeline final : public ShardSet {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<char> posted_;
+  std::vector<int> stage_done_;  // --overlap: replicas done with this step, per stage
+  bool reduced_ = false;         // --overlap queued every stage's sum in the step
   bool aborted_ = false;
   double step_s_ = 0;
   std::atomic<int64_t> bytes_moved_{0};

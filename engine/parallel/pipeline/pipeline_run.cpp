@@ -9,7 +9,7 @@
 #include "engine/parallel/pipeline/pipeline.h"
 #include "engine/parallel/pipeline/pipeline_lane.h"
 #include "engine/parallel/scatter.h"
-#include "engine/parallel/zero/sharded_storage.h"
+#include "engine/parallel/step_aborted.h"
 
 namespace fanout::parallel {
 
@@ -43,6 +43,7 @@ void Pipeline::run_lanes(const std::function<void(int)>& fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::fill(posted_.begin(), posted_.end(), 0);
+    stage_done_.assign(options_.stages, 0);
     aborted_ = false;
   }
   try {
@@ -95,16 +96,17 @@ void Pipeline::prepare(const HostBatch& batch, const std::vector<std::vector<int
 }
 
 LossStats Pipeline::forward_backward(const HostBatch& batch, int32_t ignore_index,
-                                     double normalizer) {
-  return step(batch, ignore_index, normalizer, true);
+                                     double normalizer, bool last) {
+  return step(batch, ignore_index, normalizer, true, last);
 }
 
 LossStats Pipeline::evaluate(const HostBatch& batch, int32_t ignore_index) {
-  return step(batch, ignore_index, 1.0, false);
+  return step(batch, ignore_index, 1.0, false, false);
 }
 
 LossStats Pipeline::step(const HostBatch& batch, int32_t ignore_index, double normalizer,
-                         bool backward) {
+                         bool backward, bool last) {
+  const bool overlap = backward && last && options_.overlap;
   const int K = options_.stages, D = replicas_;
   // Forward only, a smaller batch streams in fewer micro-batches.
   const int M = backward
@@ -118,6 +120,7 @@ LossStats Pipeline::step(const HostBatch& batch, int32_t ignore_index, double no
   std::vector<int64_t> per_replica = even_split(batch.B, D);
   for (int d = 0; d < D; ++d) rows[d] = even_split(per_replica[d], M);
   prepare(batch, rows);
+  reduced_ = false;
   run_lanes([&](int li) {
     const int s = li % K, d = li / K;
     int64_t row0 = 0;
@@ -125,7 +128,9 @@ LossStats Pipeline::step(const HostBatch& batch, int32_t ignore_index, double no
     lanes_[li]->upload(stages_[li]->compute_stream(), batch, row0);
     run_actions(li, rows[d], batch.T, ignore_index, static_cast<float>(normalizer), backward);
     if (s == K - 1) lanes_[li]->read_stats(stages_[li]->compute_stream());
+    if (overlap) stage_done(s);
   });
+  reduced_ = overlap;
   LossStats total;
   for (int d = 0; d < D; ++d) {
     const Lane& last = *lanes_[index(K - 1, d)];

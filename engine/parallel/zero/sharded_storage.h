@@ -30,6 +30,7 @@
 #include "engine/parallel/collectives/replica_group.h"
 #include "engine/parallel/grad_buckets.h"
 #include "engine/parallel/replica.h"
+#include "engine/parallel/step_aborted.h"
 
 namespace fanout::parallel {
 
@@ -51,13 +52,6 @@ class UnitShards {
   int ranks_;
   std::vector<std::vector<int64_t>> bounds_, offset_;
   std::vector<int64_t> size_;
-};
-
-// Thrown at a replica that waited for room while another replica failed the
-// step: the other failure is the one to report.
-class StepAborted : public Error {
- public:
-  using Error::Error;
 };
 
 class ShardedStorage {

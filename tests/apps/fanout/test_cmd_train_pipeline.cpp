@@ -50,11 +50,15 @@ TEST_CASE(
     }
   }
   for (const char* strategy : {"dp", "zero1"}) {
-    CAPTURE(strategy);
-    const std::string grid = run.dir / (std::string("grid-") + strategy);
-    train_ok(concat(run.train_args(grid, 4), {"--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--pp", "2",
-                                              "--micro-batches", "3", "--strategy", strategy}));
-    check_same(outcome(grid, init), ref);
+    for (const char* overlap : {"--no-overlap", "--overlap"}) {
+      CAPTURE(strategy);
+      CAPTURE(overlap);
+      const std::string grid = run.dir / (std::string("grid-") + strategy + overlap);
+      train_ok(concat(run.train_args(grid, 4),
+                      {"--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--pp", "2", "--micro-batches", "3",
+                       "--strategy", strategy, overlap}));
+      check_same(outcome(grid, init), ref);
+    }
   }
 }
 

@@ -126,6 +126,7 @@ std::unique_ptr<parallel::Pipeline> make_pipeline(const PipelineSetup& setup,
     o.cut = parallel::balance_cut(costs, setup.stages);
   }
   o.strategy = setup.strategy;
+  o.overlap = setup.overlap;
   o.fault_hook = setup.fault_hook;
   o.delay_hook = setup.delay_hook;
   const bool recompute = setup.recompute;

@@ -61,6 +61,7 @@ struct PipelineSetup {
   std::vector<int> cut;
   bool recompute = false;
   parallel::Strategy strategy = parallel::Strategy::dp;  // dp or zero1 over the replicas
+  bool overlap = false;
   std::string devices;  // empty: cpu:0..cpu:(stages * replicas - 1)
   std::function<void(int, int, const parallel::Action&)> fault_hook;
   std::function<void(Stream&, int, int, const parallel::Action&)> delay_hook;

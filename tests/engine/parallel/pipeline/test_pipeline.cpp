@@ -123,6 +123,26 @@ TEST_CASE("pipeline: 2 stages x 2 replicas, and 2 x 3 under zero1, equal one dev
   }
 }
 
+TEST_CASE("pipeline: --overlap, each stage summed as soon as it is done, changes no bit") {
+  const TestBatch batch = pipeline_batch();
+  for (parallel::Strategy strategy : {parallel::Strategy::dp, parallel::Strategy::zero1}) {
+    for (bool tied : {false, true}) {
+      for (PipeSchedule sched : kSchedules) {
+        CAPTURE(parallel::strategy_name(strategy));
+        CAPTURE(tied);
+        CAPTURE(parallel::pipe_schedule_name(sched));
+        const models::LlamaConfig config = pipeline_config(tied);
+        PipelineSetup setup;
+        setup.stages = 3, setup.replicas = 2, setup.micro_batches = 2;
+        setup.schedule = sched, setup.strategy = strategy;
+        RunResult after = run_pipeline(setup, batch, 3, 7, DType::f32, &config);
+        setup.overlap = true;
+        check_bitwise(run_pipeline(setup, batch, 3, 7, DType::f32, &config), after);
+      }
+    }
+  }
+}
+
 TEST_CASE("pipeline: zero1 gives each replica its part of every stage to update") {
   const models::LlamaConfig config = pipeline_config(false);
   PipelineSetup setup;
