@@ -27,7 +27,8 @@ void train_ok(const std::vector<std::string>& args) {
 }  // namespace
 
 TEST_CASE(
-    "train --pp: every schedule on 2, 3 and 4 stages, and 2 stages x 2 replicas (dp, zero1)") {
+    "train --pp: every schedule on 2, 3 and 4 stages, and 2 stages x 2 replicas (dp, zero1, "
+    "overlap)") {
   TinyRun run;
   const std::vector<float> init = weights_all(run.init);
   const std::string single = run.dir / "single";
