@@ -161,10 +161,11 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
   // at the least one micro-batch's activations.
   const int64_t my_rows = std::max<int64_t>(1, setup.ddp.rows_of(setup.batch_size).second);
   const int64_t K = static_cast<int64_t>(setup.devices.size());
+  const int64_t micro_batches = std::min(2 * K, setup.batch_size);  // pipelines
   train::memory_check_fits(config,
                            mode.pipeline ? std::vector<Device>{setup.devices[0]} : setup.devices,
                            {my_rows,
-                            mode.pipeline ? (my_rows + 2 * K - 1) / std::min(2 * K, my_rows)
+                            mode.pipeline ? (my_rows + micro_batches - 1) / micro_batches
                                           : train::memory_largest_share(my_rows, K),
                             setup.seq_len, mode.loss_on == parallel::LossOn::output, true});
   // Synthetic tokens (all counted): the timing does not depend on their values.
@@ -187,14 +188,13 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
   options.grad_comm = setup.grad_comm;
   if (mode.pipeline) {  // one stage per device, the cut balanced by parameters
     FANOUT_CHECK(!setup.group, "a pipeline runs in one process");
-    const int K = static_cast<int>(setup.devices.size());
-    options.stages = K;
+    options.stages = static_cast<int>(K);
     options.pipe_schedule = *mode.pipeline;
-    options.micro_batches = static_cast<int>(std::min<int64_t>(2 * K, setup.batch_size));
+    options.micro_batches = static_cast<int>(micro_batches);
     options.cut =
         parallel::balance_cut(train::pipeline_unit_costs(config, "params", setup.devices[0], 1,
                                                          setup.seq_len, setup.working),
-                              K);
+                              static_cast<int>(K));
   }
   const std::vector<Device>& ids = setup.devices;
   // Each device once, in --devices order: peaks[0] is the primary's.
@@ -353,11 +353,11 @@ std::vector<std::string> bench_bubble_lines(const std::vector<presentation::Benc
           "optimizer the gradient sums and the update; comm the stage-boundary buffers");
     }
     out.push_back(
-        strf("%s%s: %d stages, %d micro-batches: bubble %.0f%% of the stages' time, "
+        strf("%s%s: %d stage%s, %d micro-batches: bubble %.0f%% of the stages' time, "
              "measured from a traced step (the schedule's own: %.0f%% with equal "
              "stage costs)",
-             r.mode.c_str(), r.precision == "bf16" ? " bf16" : "", r.stages, r.micro_batches,
-             100 * r.bubble, 100 * r.bubble_schedule));
+             r.mode.c_str(), r.precision == "bf16" ? " bf16" : "", r.stages,
+             r.stages == 1 ? "" : "s", r.micro_batches, 100 * r.bubble, 100 * r.bubble_schedule));
   }
   return out;
 }

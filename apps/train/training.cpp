@@ -12,7 +12,7 @@ void training_options_set_mode(TrainingOptions& o, const parallel::Mode& mode) {
 
 Training::Training(TrainingOptions options, const InitialWeights& initial)
     : options_(std::move(options)), layout_(options_.config) {
-  if (options_.stages > 1) {
+  if (!options_.cut.empty()) {
     make_pipeline(initial);
     return;
   }

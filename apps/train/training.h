@@ -46,8 +46,9 @@ struct TrainingOptions {
   ops::AdamWConfig adam;
   // Note [Recompute] in models/llama_model_backward.cpp.
   bool recompute = false;
-  // Pipeline parallelism (stages > 1): the devices are replicas x stages,
-  // replica-major; cut: stages + 1 unit bounds (engine/parallel/pipeline/balance.h).
+  // Pipeline parallelism, when a cut is given (stages + 1 unit bounds,
+  // engine/parallel/pipeline/balance.h; one stage is a pipeline too): the
+  // devices are replicas x stages, replica-major.
   int stages = 1;
   parallel::PipeSchedule pipe_schedule = parallel::PipeSchedule::one_f_one_b;
   int micro_batches = 0;  // per replica and step; 0: 2 x stages

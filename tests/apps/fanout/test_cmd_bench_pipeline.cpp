@@ -74,3 +74,22 @@ TEST_CASE(
   CHECK(activations("pp-1f1b") < activations("pp-gpipe"));
   CHECK(has(r.out, "pp rows: forward is the whole schedule"));
 }
+
+TEST_CASE("bench pp rows on one device run a one-stage pipeline, not dp under the row's name") {
+  test::TempDir dir("fanout-bench-pp1");
+  auto r = test::run_fanout(
+      {"bench",  "--devices",     "cpu:0", "--modes",     "pp-1f1b", "--batch-size",
+       "4",      "--seq-len",     "16",    "--steps",     "1",       "--warmup",
+       "0",      "--min-seconds", "0",     "--precision", "fp32",    "--wide",
+       "--json", dir / "b.json"},
+      "timeout 120");
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  std::ifstream in(dir / "b.json");
+  const nlohmann::json row = nlohmann::json::parse(in)["results"][1];
+  REQUIRE(row["mode"] == "pp-1f1b");
+  CHECK(row["pipeline"]["stages"] == 1);
+  CHECK(row["pipeline"]["micro_batches"] == 2);
+  CHECK(row["pipeline"]["bubble_schedule"] == 0.0);
+  CHECK(has(r.out, "pp-1f1b: 1 stage, 2 micro-batches"));
+}
