@@ -43,6 +43,43 @@ void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, con
   }
 }
 
+void embedding_forward_rows(Stream& stream, const Tensor& out, const Tensor& ids,
+                            const Tensor& table_rows, int64_t N, int64_t C, int64_t V, int64_t row0,
+                            int64_t rows) {
+  const char* op = "embedding_forward_rows";
+  OpScope scope(stream, OpClass::elementwise, op);
+  FANOUT_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= V, op, ": rows [", row0, ", ", row0 + rows,
+                ") of ", V);
+  check_arg(op, "out", stream, out, DType::f32, N * C);
+  check_arg(op, "ids", stream, ids, DType::i32, N);
+  const DType table_t =
+      check_arg_any(op, "table_rows", stream, table_rows, {DType::f32, DType::bf16}, rows * C);
+  switch (stream.device().kind) {
+    case DeviceKind::cpu:
+      stream.enqueue([=] {
+        if (table_t == DType::f32)
+          cpu::embedding_forward_rows(out.data<float>(), ids.data<int32_t>(),
+                                      table_rows.data<float>(), N, C, V, row0, rows);
+        else
+          cpu::embedding_forward_rows(out.data<float>(), ids.data<int32_t>(),
+                                      table_rows.data<cpu::bf16>(), N, C, V, row0, rows);
+      });
+      return;
+    case DeviceKind::cuda:
+#ifdef FANOUT_HAS_CUDA
+      if (table_t == DType::f32)
+        cuda::embedding_forward_rows(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
+                                     table_rows.data<float>(), N, C, V, row0, rows);
+      else
+        cuda::embedding_forward_rows(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
+                                     table_rows.data<uint16_t>(), N, C, V, row0, rows);
+      return;
+#else
+      no_cuda_backend(op);
+#endif
+  }
+}
+
 void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout, const Tensor& ids,
                         int64_t N, int64_t C, int64_t V) {
   const char* op = "embedding_backward";

@@ -13,6 +13,14 @@ namespace fanout::ops {
 void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, const Tensor& table,
                        int64_t N, int64_t C, int64_t V);
 
+// Rows [row0, row0 + rows) of the table alone (a vocabulary-parallel shard):
+// out (N, C) = table_rows (rows, C)[ids[n] - row0] where row0 <= ids[n] < row0 + rows,
+// else a row of zeros, so the shards' outputs sum to embedding_forward's. out f32;
+// table_rows f32 or bf16 (read exactly). Every id is still checked against [0, V).
+void embedding_forward_rows(Stream& stream, const Tensor& out, const Tensor& ids,
+                            const Tensor& table_rows, int64_t N, int64_t C, int64_t V, int64_t row0,
+                            int64_t rows);
+
 // dtable (V, C) += scatter of dout (N, C) by ids (N); repeated ids accumulate.
 // Both f32.
 void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout, const Tensor& ids,

@@ -34,10 +34,21 @@ constexpr int64_t kChannelGrain = 64;
 template <typename T, typename Table>
 void embedding_forward(T* out, const int32_t* ids, const Table* table, int64_t N, int64_t C,
                        int64_t V) {
+  embedding_forward_rows(out, ids, table, N, C, V, 0, V);  // the whole table is one shard
+}
+
+template <typename T, typename Table>
+void embedding_forward_rows(T* out, const int32_t* ids, const Table* table_rows, int64_t N,
+                            int64_t C, int64_t V, int64_t row0, int64_t rows) {
   check_ids(ids, N, V);
   parallel_for_index(int64_t{0}, N, [&](int64_t n) {
-    const Table* row = table + static_cast<int64_t>(ids[n]) * C;
+    const int64_t id = ids[n];
     T* y = out + n * C;
+    if (id < row0 || id >= row0 + rows) {
+      std::fill(y, y + C, T{});  // another shard's row: this one adds zero
+      return;
+    }
+    const Table* row = table_rows + (id - row0) * C;
     if constexpr (std::is_same_v<T, Table>) {
       std::copy(row, row + C, y);
     } else {
@@ -90,6 +101,12 @@ template void embedding_forward<float, bf16>(float*, const int32_t*, const bf16*
                                              int64_t);
 template void embedding_forward<double>(double*, const int32_t*, const double*, int64_t, int64_t,
                                         int64_t);
+template void embedding_forward_rows<float>(float*, const int32_t*, const float*, int64_t, int64_t,
+                                            int64_t, int64_t, int64_t);
+template void embedding_forward_rows<float, bf16>(float*, const int32_t*, const bf16*, int64_t,
+                                                  int64_t, int64_t, int64_t, int64_t);
+template void embedding_forward_rows<double>(double*, const int32_t*, const double*, int64_t,
+                                             int64_t, int64_t, int64_t, int64_t);
 template void embedding_backward<float>(float*, const float*, const int32_t*, int64_t, int64_t,
                                         int64_t);
 template void embedding_backward<double>(double*, const double*, const int32_t*, int64_t, int64_t,

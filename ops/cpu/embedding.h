@@ -12,6 +12,11 @@ template <typename T, typename Table = T>
 void embedding_forward(T* out, const int32_t* ids, const Table* table, int64_t N, int64_t C,
                        int64_t V);
 
+// Rows [row0, row0 + rows) of the table alone: ids outside them give zero rows.
+template <typename T, typename Table = T>
+void embedding_forward_rows(T* out, const int32_t* ids, const Table* table_rows, int64_t N,
+                            int64_t C, int64_t V, int64_t row0, int64_t rows);
+
 template <typename T>
 void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t N, int64_t C,
                         int64_t V);

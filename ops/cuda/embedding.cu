@@ -1,9 +1,9 @@
 // CUDA embedding gather and scatter-add: grid-stride loops over the N*C output
 // (or gradient) elements, so consecutive threads touch consecutive channels of
-// a row. The gather reads an f32 or a bf16 table (widened exactly) into f32 rows,
-// 8 channels a step with 16-byte loads and stores when every row starts on a
-// 16-byte boundary (C a multiple of 8, both buffers aligned). The scatter uses
-// fp32 atomicAdd on the table gradient.
+// a row. The gather reads an f32 or a bf16 table (or a shard of its rows),
+// widened exactly, into f32 rows, 8 channels a step with 16-byte loads and
+// stores when every row starts on a 16-byte boundary (C a multiple of 8, both
+// buffers aligned). The scatter uses fp32 atomicAdd on the table gradient.
 
 #include <math_constants.h>
 
@@ -15,22 +15,25 @@ namespace fanout::ops::cuda {
 
 namespace {
 
-// out[n, c] = table[ids[n], c], or NaN for an id outside [0, V). With vec, each
-// thread moves 8 channels of one row.
+// out[n, c] = table[ids[n] - row0, c] for the ids in [row0, row0 + rows) that the
+// table holds, 0 for another id of [0, V) (another shard's row), NaN for an id
+// outside [0, V). With vec, each thread moves 8 channels of one row.
 template <typename Table>
 __global__ void embedding_gather(float* out, const int32_t* ids, const Table* table, int64_t N,
-                                 int64_t C, int64_t V, bool vec) {
+                                 int64_t C, int64_t V, int64_t row0, int64_t rows, bool vec) {
+  auto missing = [&](int64_t id) { return id >= 0 && id < V ? 0.0f : CUDART_NAN_F; };
   if (vec) {
     const int64_t groups = N * C / kVec, row_groups = C / kVec;
     for (int64_t g = grid_thread(); g < groups; g += grid_stride()) {
       const int64_t n = g / row_groups, c = (g - n * row_groups) * kVec;
       const int64_t id = ids[n];
       float x[kVec];
-      if (id >= 0 && id < V) {
-        load8(table + id * C + c, x);
+      if (id >= row0 && id < row0 + rows) {
+        load8(table + (id - row0) * C + c, x);
       } else {
+        const float m = missing(id);
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) x[k] = CUDART_NAN_F;
+        for (int k = 0; k < kVec; ++k) x[k] = m;
       }
       store8(out + n * C + c, x);
     }
@@ -39,7 +42,7 @@ __global__ void embedding_gather(float* out, const int32_t* ids, const Table* ta
   for (int64_t i = grid_thread(); i < N * C; i += grid_stride()) {
     const int64_t n = i / C, c = i - n * C;
     const int64_t id = ids[n];
-    out[i] = id >= 0 && id < V ? load(table, id * C + c) : CUDART_NAN_F;
+    out[i] = id >= row0 && id < row0 + rows ? load(table, (id - row0) * C + c) : missing(id);
   }
 }
 
@@ -58,20 +61,30 @@ __global__ void embedding_scatter_add(float* dtable, const float* dout, const in
 // ---
 
 template <typename Table>
+void embedding_forward_rows(void* stream, float* out, const int32_t* ids, const Table* table_rows,
+                            int64_t N, int64_t C, int64_t V, int64_t row0, int64_t rows) {
+  if (N <= 0 || C <= 0) return;
+  const bool vec = C % kVec == 0 && is_aligned16(out) && is_aligned16(table_rows);
+  BoundStream s(stream);
+  embedding_gather<<<grid_for(vec ? N * C / kVec : N * C), kBlock, 0, s>>>(out, ids, table_rows, N,
+                                                                           C, V, row0, rows, vec);
+  FANOUT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename Table>
 void embedding_forward(void* stream, float* out, const int32_t* ids, const Table* table, int64_t N,
                        int64_t C, int64_t V) {
-  if (N <= 0 || C <= 0) return;
-  const bool vec = C % kVec == 0 && is_aligned16(out) && is_aligned16(table);
-  BoundStream s(stream);
-  embedding_gather<<<grid_for(vec ? N * C / kVec : N * C), kBlock, 0, s>>>(out, ids, table, N, C, V,
-                                                                           vec);
-  FANOUT_CUDA_LAUNCH_CHECK();
+  embedding_forward_rows(stream, out, ids, table, N, C, V, 0, V);  // the whole table
 }
 
 template void embedding_forward<float>(void*, float*, const int32_t*, const float*, int64_t,
                                        int64_t, int64_t);
 template void embedding_forward<uint16_t>(void*, float*, const int32_t*, const uint16_t*, int64_t,
                                           int64_t, int64_t);
+template void embedding_forward_rows<float>(void*, float*, const int32_t*, const float*, int64_t,
+                                            int64_t, int64_t, int64_t, int64_t);
+template void embedding_forward_rows<uint16_t>(void*, float*, const int32_t*, const uint16_t*,
+                                               int64_t, int64_t, int64_t, int64_t, int64_t);
 
 void embedding_backward_f32(void* stream, float* dtable, const float* dout, const int32_t* ids,
                             int64_t N, int64_t C, int64_t V) {

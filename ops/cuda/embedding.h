@@ -15,6 +15,11 @@ namespace fanout::ops::cuda {
 template <typename Table>
 void embedding_forward(void* stream, float* out, const int32_t* ids, const Table* table, int64_t N,
                        int64_t C, int64_t V);
+// Rows [row0, row0 + rows) of the table alone: an id in [0, V) outside them gives
+// a row of zeros (another shard's row), one outside [0, V) a row of NaN as above.
+template <typename Table>
+void embedding_forward_rows(void* stream, float* out, const int32_t* ids, const Table* table_rows,
+                            int64_t N, int64_t C, int64_t V, int64_t row0, int64_t rows);
 
 // dtable (V, C) += scatter of dout (N, C) by ids (N), with atomicAdd: repeated ids
 // accumulate, in an order that varies from run to run.

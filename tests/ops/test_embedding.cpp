@@ -1,10 +1,12 @@
 // Embedding: forward against a direct gather in double, backward against central
 // finite differences, repeated ids accumulating, an out-of-range id surfacing as
 // fanout::Error at synchronize(), and the f32 dispatch against double. A bf16 table
-// (the bf16 contract) reads into the f32 output exactly.
+// (the bf16 contract) reads into the f32 output exactly. The forward by vocabulary
+// shards (tensor parallelism) sums to the whole gather.
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "engine/core/check.h"
@@ -197,5 +199,71 @@ TEST_CASE("embedding backward by rows equals the rows of the whole table gradien
     ops::embedding_backward_rows(s, t, tdy, tids, N, C, V, row0, rows);
     std::string why;
     CHECK_MESSAGE(all_close(f32_values(s, t), want, 1e-6, 1e-6, &why), why);
+  }
+}
+
+TEST_CASE("embedding forward by rows summed over vocabulary shards equals the whole gather") {
+  // Each token's row lies on exactly one shard and the others write zeros: the sum
+  // is exact, for an f32 and a bf16 table, with a last shard partly or all padding.
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (DType table_t : {DType::f32, DType::bf16}) {
+    for (auto [N, C, V] :
+         {Sizes{1, 1, 1}, Sizes{7, 33, 9}, Sizes{50, 24, 37}, Sizes{64, 16, 259}}) {
+      for (int64_t S : {1, 2, 3, 4}) {
+        CAPTURE(dtype_name(table_t));
+        CAPTURE(N);
+        CAPTURE(V);
+        CAPTURE(S);
+        auto table = bf16_rounded(random_vector(V * C, 71, -3, 3));
+        auto ids = random_ids(N, V, 72);
+        ids[0] = static_cast<int32_t>(V - 1);  // the vocabulary's last row
+        Tensor tids = i32_tensor(s, ids);
+        Tensor whole = Tensor::empty({N, C}, DType::f32, cpu_device(0));
+        ops::embedding_forward(s, whole, tids, float_tensor(s, table_t, table, {V, C}), N, C, V);
+        const auto want = f32_values(s, whole);
+        REQUIRE(max_abs(want) > 0.1);
+        const int64_t width = (V + S - 1) / S;
+        std::vector<double> sum(N * C, 0.0);
+        for (int64_t row0 = 0; row0 < S * width; row0 += width) {
+          const int64_t first = std::min(row0, V), rows = std::min(width, V - first);
+          std::vector<double> part(table.begin() + first * C, table.begin() + (first + rows) * C);
+          Tensor out = f32_tensor(s, std::vector<double>(N * C, 42.0), {N, C});  // overwritten
+          ops::embedding_forward_rows(s, out, tids, float_tensor(s, table_t, part, {rows, C}), N, C,
+                                      V, first, rows);
+          const auto y = f32_values(s, out);
+          for (int64_t n = 0; n < N; ++n) {
+            const bool here = ids[n] >= first && ids[n] < first + rows;
+            for (int64_t c = 0; c < C; ++c) {
+              CHECK(y[n * C + c] == (here ? want[n * C + c] : 0.0));
+              sum[n * C + c] += y[n * C + c];
+            }
+          }
+        }
+        CHECK(sum == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("embedding forward by rows rejects an out-of-range id that its shard does not hold") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t C = 4, V = 259, row0 = 100, rows = 50;
+  Tensor table_rows = f32_tensor(s, random_vector(rows * C, 73), {rows, C});
+  Tensor out = Tensor::empty({3, C}, DType::f32, cpu_device(0));
+  CHECK_NOTHROW(ops::embedding_forward_rows(s, out, i32_tensor(s, {120, 300, 2}), table_rows, 3, C,
+                                            V, row0, rows));
+  CHECK_THROWS_WITH_AS(s.synchronize(),
+                       doctest::Contains("token id 300 is out of range for vocabulary size 259"),
+                       Error);
+  ops::embedding_forward_rows(s, out, i32_tensor(s, {120, -1, 2}), table_rows, 3, C, V, row0, rows);
+  CHECK_THROWS_WITH_AS(s.synchronize(), doctest::Contains("token id -1 is out of range"), Error);
+  // The stream runs again, and a shard's last row is its own.
+  ops::embedding_forward_rows(s, out, i32_tensor(s, {149, 150, 99}), table_rows, 3, C, V, row0,
+                              rows);
+  auto y = f32_values(s, out), t = f32_values(s, table_rows);
+  for (int64_t c = 0; c < C; ++c) {
+    CHECK(y[c] == t[(rows - 1) * C + c]);
+    CHECK(y[C + c] == 0.0);
+    CHECK(y[2 * C + c] == 0.0);
   }
 }

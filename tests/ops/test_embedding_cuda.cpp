@@ -1,5 +1,6 @@
 // GPU: embedding gather and scatter-add on cuda:0 against the CPU dispatcher,
-// with repeated ids, and the documented handling of an out-of-range id.
+// with repeated ids, and the documented handling of an out-of-range id; the
+// gather by vocabulary shards (tensor parallelism) too.
 
 #include <doctest/doctest.h>
 
@@ -7,6 +8,7 @@
 #include <cmath>
 
 #include "ops/embedding.h"
+#include "tests/ops/bf16_test_util.h"
 #include "tests/ops/cuda_op_test_util.h"
 
 using namespace fanout;
@@ -71,4 +73,55 @@ TEST_CASE("embedding on cuda:0 writes NaN for an out-of-range id and skips it in
   for (double g : dt) total += g;
   CHECK(total == C);  // only id 1's row received its gradient
   CHECK(dt[1 * C] == 1.0);
+}
+
+TEST_CASE("embedding forward by rows on cuda:0 matches the CPU for every vocabulary shard") {
+  // A gather: bit for bit, f32 and bf16 tables, the vector path (C = 64) and the
+  // scalar one, a last shard partly or wholly padding (V = 9 over 4 shards).
+  CpuAndCuda s;
+  struct Case {
+    int64_t N, C, V, S;
+  };
+  for (DType table_t : {DType::f32, DType::bf16}) {
+    for (auto [N, C, V, S] : {Case{7, 5, 9, 4}, Case{300, 129, 50, 3}, Case{4096, 64, 1000, 4}}) {
+      CAPTURE(dtype_name(table_t));
+      CAPTURE(N);
+      CAPTURE(C);
+      CAPTURE(V);
+      CAPTURE(S);
+      TensorPair ids = i32_pair(s, random_ids(N, 11, 0, static_cast<int32_t>(V - 1)), {N});
+      const std::vector<double> table = bf16_rounded(random_vector(V * C, 12));
+      const int64_t width = (V + S - 1) / S;
+      for (int64_t k = 0; k < S; ++k) {
+        const int64_t row0 = std::min(k * width, V), rows = std::min(width, V - row0);
+        CAPTURE(row0);
+        std::vector<double> part(table.begin() + row0 * C, table.begin() + (row0 + rows) * C);
+        Tensor tc = float_tensor(s.cpu, table_t, part, {rows, C});
+        Tensor tg = float_tensor(s.gpu, table_t, part, {rows, C});
+        TensorPair out = f32_pair(s, random_vector(N * C, 13), {N, C});  // overwritten
+        ops::embedding_forward_rows(s.cpu, out.cpu, ids.cpu, tc, N, C, V, row0, rows);
+        ops::embedding_forward_rows(s.gpu, out.gpu, ids.gpu, tg, N, C, V, row0, rows);
+        CHECK(f32_values(s.gpu, out.gpu) == f32_values(s.cpu, out.cpu));
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "embedding forward by rows on cuda:0 writes zeros for other shards and NaN out of range") {
+  CpuAndCuda s;
+  const int64_t N = 4, C = 8, V = 10, row0 = 4, rows = 3;
+  Tensor ids = tensor_from_vector(s.gpu, std::vector<int32_t>{5, 9, 10, -1}, {N}, DType::i32,
+                                  cuda_device(0));
+  Tensor table_rows = f32_tensor(s.gpu, random_vector(rows * C, 14), {rows, C});
+  Tensor out = Tensor::empty({N, C}, DType::f32, cuda_device(0));
+  ops::embedding_forward_rows(s.gpu, out, ids, table_rows, N, C, V, row0, rows);
+  auto y = f32_values(s.gpu, out);
+  auto t = f32_values(s.gpu, table_rows);
+  for (int64_t c = 0; c < C; ++c) {
+    CHECK(y[c] == t[(5 - row0) * C + c]);
+    CHECK(y[C + c] == 0.0);  // id 9: another shard's row
+    CHECK(std::isnan(y[2 * C + c]));
+    CHECK(std::isnan(y[3 * C + c]));
+  }
 }
