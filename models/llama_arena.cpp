@@ -50,6 +50,7 @@ LlamaModel::Arena::Arena(const LlamaConfig& c, Device device, DType X, const Sha
     else
       want(&logits, N * V, F);
     if (X != F && !shape.fused) want(&dlogits_x, N * V, X);
+    if (shape.tensor > 1) want(&lse_head, N, F), want(&ce_parts, shape.tensor * N * 3, F);
   }
   want(&tmp_c, N * C, F), want(&dres, N * C, F), want(&dln, N * C, F), want(&datt, N * Hd, F);
   want(&dact, N * I, F);

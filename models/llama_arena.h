@@ -28,6 +28,7 @@ struct LlamaModel::Arena {
     int64_t l0 = 0, l1 = 0;
     bool head = true, fused = false, recompute = false, split = false;
     int64_t ld = 0;  // the logits' row stride
+    int tensor = 1;  // tensor-parallel ranks (the loss's per-row parts of each)
   };
   Arena(const LlamaConfig& c, Device device, DType X, const Shape& shape);
 
@@ -42,6 +43,7 @@ struct LlamaModel::Arena {
   // The head: f32 logits, or under the fused classifier bf16 logits (N rows ld
   // apart, their gradient in place) and each row's lse.
   Tensor lnf, rstdf, logits, logits_x, lse_head;
+  Tensor ce_parts;  // tensor parallelism: every rank's (max, sum, target logit) per row
   // scratch
   Tensor tmp_c, dres, dln, datt, dact;
   // bf16 only: the GEMM-side copies of dres and (unfused) of dlogits

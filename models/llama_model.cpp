@@ -6,10 +6,12 @@
 
 #include "engine/core/check.h"
 #include "engine/core/flat.h"
+#include "engine/parallel/tensor/tensor_peers.h"
 #include "models/llama_arena.h"
 #include "ops/attention.h"
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
+#include "ops/cross_entropy_parallel.h"
 #include "ops/embedding.h"
 #include "ops/gemm_plan.h"
 #include "ops/matmul.h"
@@ -49,15 +51,27 @@ namespace fanout::models {
 
 // --- construction -----------------------------------------------------------
 
-LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_name, DType working)
-    : config_(std::move(config)), layout_(config_), device_(device), working_dtype_(working) {
+LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_name, DType working,
+                       TensorShard tensor)
+    : whole_config_(std::move(config)),
+      tp_(tensor),
+      config_(tp_.size > 1 ? tensor_shard_config(whole_config_, tp_.size) : whole_config_),
+      layout_(config_),
+      device_(device),
+      working_dtype_(working) {
+  whole_config_.validate();
   config_.validate();
+  FANOUT_ASSERT(tp_.size == 1 || (tp_.peers != nullptr && 0 <= tp_.rank && tp_.rank < tp_.size),
+                "tensor shard ", tp_.rank, " of ", tp_.size);
+  vocab_ = whole_config_.vocab_size;
+  v0_ = std::min(vocab_, tp_.rank * config_.vocab_size);
+  vrows_ = std::min(vocab_ - v0_, config_.vocab_size);
   FANOUT_CHECK(working == DType::f32 || working == DType::bf16,
                "the working dtype must be f32 or bf16, got ", dtype_name(working));
   stream_ = std::make_unique<Stream>(
       device, stream_name.empty() ? device.str() + " compute" : std::move(stream_name));
   ld_ = config_.vocab_size;
-  if (working == DType::bf16 && device.is_cuda()) set_fused_classifier(true);
+  if (working == DType::bf16 && device.is_cuda() && !tensor_parallel()) set_fused_classifier(true);
   const int64_t L = config_.num_hidden_layers;
   units_.push_back({layout_.embed(), layout_.embed() + config_.vocab_size * config_.hidden_size});
   for (int64_t l = 0; l < L; ++l) units_.push_back({layout_.layer(l).begin, layout_.layer(l).end});
@@ -104,6 +118,7 @@ LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_nam
 
 void LlamaModel::set_fused_classifier(bool on) {
   FANOUT_ASSERT(!on || working_dtype_ == DType::bf16, "the fused classifier needs bf16 weights");
+  FANOUT_ASSERT(!on || !tensor_parallel(), "the fused classifier of a tensor-parallel shard");
   FANOUT_ASSERT(!arena_, "set_fused_classifier after the first forward");
   fused_classifier_ = on;
   ld_ = on ? ops::vocab_padded(config_.vocab_size) : config_.vocab_size;
@@ -294,11 +309,33 @@ std::vector<float> LlamaModel::random_params(const LlamaConfig& config, uint64_t
   return host;
 }
 
-// A stage takes its own range (a tied lm_head's copy is the engine's to refresh).
+// A stage takes its own range (a tied lm_head's copy is the engine's to refresh);
+// a tensor-parallel shard its pieces of the whole model's values.
 void LlamaModel::init_random(uint64_t seed) {
-  std::vector<float> host = random_params(config_, seed);
-  tensor_upload(*stream_, params(), host.data() + base_);
+  std::vector<float> whole = random_params(whole_config_, seed);
+  std::vector<float> host(static_cast<size_t>(top_ - base_), 0.0f);
+  for (const parallel::FlatPiece& p : pieces())
+    std::copy(whole.data() + p.whole, whole.data() + p.whole + p.count,
+              host.data() + (p.local - base_));
+  tensor_upload(*stream_, params(), host.data());
   params_to_working(base_, top_);
+}
+
+std::vector<parallel::FlatPiece> LlamaModel::pieces() const {
+  if (!tensor_parallel()) return {{base_, base_, top_ - base_, false}};
+  std::vector<parallel::FlatPiece> out;
+  for (parallel::FlatPiece p : tensor_shard_pieces(whole_config_, tp_.size, tp_.rank)) {
+    const int64_t lo = std::max(p.local, base_), hi = std::min(p.local + p.count, top_);
+    if (lo >= hi) continue;
+    out.push_back({lo, p.whole + (lo - p.local), hi - lo, p.shared});
+  }
+  return out;
+}
+
+void LlamaModel::tensor_sum(const Tensor& buf, int64_t n) {
+  if (!tensor_parallel()) return;
+  StreamSpan span(*stream_, "tp all-reduce");
+  tp_.peers->all_reduce(tp_.rank, buf, *stream_, n);
 }
 
 Tensor LlamaModel::param(const std::string& name) {
@@ -341,6 +378,7 @@ std::unique_ptr<LlamaModel::Arena> LlamaModel::make_arena(int64_t tokens) const 
   shape.tokens = tokens, shape.l0 = l0_, shape.l1 = l1_, shape.head = has_head();
   shape.fused = fused_classifier_, shape.recompute = recompute_, shape.split = split_backward_;
   shape.ld = ld_;
+  shape.tensor = tp_.size;
   return std::make_unique<Arena>(config_, device_, working_dtype_, shape);
 }
 
@@ -402,7 +440,16 @@ void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
   if (has_embedding()) {
     FANOUT_ASSERT(inputs.dtype() == DType::i32 && inputs.numel() == N, "inputs ", inputs.str());
     acquire_weights(0, 1);
-    ops::embedding_forward(s, a.res[0], inputs, w(layout_.embed(), {V, C}), N, C, V);
+    if (tensor_parallel()) {  // Note [Tensor parallelism]: each rank its rows, then the sum
+      if (vrows_ > 0)
+        ops::embedding_forward_rows(s, a.res[0], inputs, w(layout_.embed(), {vrows_, C}), N, C,
+                                    vocab_, v0_, vrows_);
+      else
+        flat_fill(s, a.res[0].view(0, {N * C}), 0.0f);
+      tensor_sum(a.res[0], N * C);
+    } else {
+      ops::embedding_forward(s, a.res[0], inputs, w(layout_.embed(), {V, C}), N, C, V);
+    }
     release_weights(0);
   } else {
     FANOUT_ASSERT(inputs.dtype() == DType::f32 && inputs.numel() >= N * C, "hidden ", inputs.str());
@@ -434,6 +481,16 @@ void LlamaModel::forward_layer(int64_t l, bool acquire) {
   Arena::Layer& x = a.layers[l];
   const int unit = static_cast<int>(l) + 1;
   if (acquire) acquire_weights(unit, unit + 1);
+  // Note [Tensor parallelism]: the row-parallel projections' partial sums, rank
+  // 0's with the residual, summed over the group.
+  auto project = [&](const Tensor& out, const Tensor& residual, const Tensor& inp,
+                     const Tensor& weight, int64_t K) {
+    if (tp_.rank == 0)
+      project_add(s, a.tmp_c, out, residual, inp, weight, N, K, C);
+    else
+      ops::matmul_forward(s, out, inp, weight, N, K, C);
+    tensor_sum(out, N * C);
+  };
   // attention block: res_mid = res + o_proj(attention(rope(q), rope(k), v))
   ops::rmsnorm_forward(s, x.ln1, x.rstd1, a.res[l], w(o.ln1, {C}), N, C, eps);
   ops::matmul_forward(s, x.q, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
@@ -442,13 +499,13 @@ void LlamaModel::forward_layer(int64_t l, bool acquire) {
   ops::rope_forward(s, x.q, x.q, B, T, H, D, c.rope(), 0);
   ops::rope_forward(s, x.k, x.k, B, T, KV, D, c.rope(), 0);
   ops::attention_forward(s, x.att, x.lse, x.q, x.k, x.v, B, T, T, H, KV, D);
-  project_add(s, a.tmp_c, x.res_mid, a.res[l], x.att, w(o.o, {C, Hd}), N, Hd, C);
+  project(x.res_mid, a.res[l], x.att, w(o.o, {C, Hd}), Hd);
   // MLP block: res' = res_mid + down(silu(gate(x)) * up(x))
   ops::rmsnorm_forward(s, x.ln2, x.rstd2, x.res_mid, w(o.ln2, {C}), N, C, eps);
   ops::matmul_forward(s, x.gate, x.ln2, w(o.gate, {I, C}), N, C, I);
   ops::matmul_forward(s, x.up, x.ln2, w(o.up, {I, C}), N, C, I);
   ops::swiglu_forward(s, x.act, x.gate, x.up, N * I);
-  project_add(s, a.tmp_c, a.res[l + 1], x.res_mid, x.act, w(o.down, {C, I}), N, I, C);
+  project(a.res[l + 1], x.res_mid, x.act, w(o.down, {C, I}), I);
   if (acquire) release_weights(unit);
   a.live_layer = l;
 }
@@ -475,6 +532,7 @@ void LlamaModel::forward_head(bool fused) {
 
 Tensor LlamaModel::forward_logits(const Tensor& inputs) {
   FANOUT_ASSERT(inputs.dim() == 2, "inputs must be (B, T), got ", inputs.str());
+  FANOUT_ASSERT(!tensor_parallel(), "forward_logits of a tensor-parallel shard");
   FANOUT_ASSERT(whole(), "forward_logits of a pipeline stage");
   int64_t B = inputs.size(0), T = inputs.size(1);
   forward_hidden(inputs, B, T);
@@ -501,6 +559,18 @@ void LlamaModel::forward_loss_head(const Tensor& targets, const Tensor& stats,
   a.targets = targets;
   a.ignore_index = ignore_index;
   StreamSpan span(*stream_, "loss");
+  if (tensor_parallel()) {  // Note [Tensor parallelism]: each row's parts, gathered, combined
+    const int64_t part = N * 3;
+    ops::cross_entropy_shard_forward(*stream_, a.ce_parts.view(tp_.rank * part, {part}), a.logits,
+                                     targets, N, vrows_, config_.vocab_size, v0_, vocab_,
+                                     ignore_index);
+    {
+      StreamSpan gather(*stream_, "tp all-gather");
+      tp_.peers->all_gather(tp_.rank, a.ce_parts, *stream_, part);
+    }
+    return ops::cross_entropy_shard_combine(*stream_, stats, a.lse_head, a.ce_parts, targets, N,
+                                            tp_.size, ignore_index);
+  }
   if (fused_classifier_)
     return ops::cross_entropy_fused_forward(*stream_, stats, a.lse_head, a.logits_x, targets, N,
                                             config_.vocab_size, ld_, ignore_index);

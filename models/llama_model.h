@@ -17,6 +17,7 @@
 #include "engine/parallel/replica.h"
 #include "models/llama_config.h"
 #include "models/llama_layout.h"
+#include "models/llama_tensor.h"
 
 namespace fanout::models {
 
@@ -27,11 +28,14 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
   // stream_name: the compute stream's trace lane (default "<device> compute").
   // working: the dtype of the working weights and of the activations that feed
   // GEMMs: f32, or bf16 for mixed precision (Note [Mixed precision]).
+  // tensor: with size > 1, this model is shard `rank` of the whole `config`
+  // (Note [Tensor parallelism]): config() and layout() are the shard's.
   LlamaModel(LlamaConfig config, Device device, std::string stream_name = "",
-             DType working = DType::f32);
+             DType working = DType::f32, TensorShard tensor = {});
   ~LlamaModel() override;
 
   const LlamaConfig& config() const { return config_; }
+  const TensorShard& tensor_shard() const { return tp_; }
   // Note [Fused classifier] (ops/cross_entropy.h): the loss reads bf16 logits of
   // the padded vocabulary and turns them into their gradient in place. On by
   // default for bf16 on CUDA devices; CPU devices can take it too (the tests of
@@ -90,6 +94,7 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
 
   // --- PipeStage ---
   parallel::ParamUnit stage_range() const override { return {base_, top_}; }
+  std::vector<parallel::FlatPiece> pieces() const override;
   int64_t hidden_size() const override { return config_.hidden_size; }
   Tensor tied_weights() override { return tied_w_; }
   Tensor tied_grads() override { return tied_g_; }
@@ -121,6 +126,7 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
   void backward_head(const Tensor& dlogits, int64_t ld, bool split);
   void backward_layer(int64_t l, bool split);
   void backward_embedding();
+  void embedding_grad();
   // The stage's units and layers: units_[first_unit_, last_unit_), layers [l0_, l1_).
   bool has_embedding() const { return first_unit_ == 0; }
   bool has_head() const { return last_unit_ == static_cast<int>(units_.size()); }
@@ -151,9 +157,18 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
   void acquire_grads(int unit) { acquire_grads(unit, units_[unit].begin, units_[unit].end); }
   void release_grads(int unit) { release_grads(unit, units_[unit].begin, units_[unit].end); }
   int head_unit() const { return static_cast<int>(units_.size()) - 1; }
+  // Note [Tensor parallelism]: buf[0, n) summed over the tensor-parallel group
+  // (nothing without one).
+  void tensor_sum(const Tensor& buf, int64_t n);
+  bool tensor_parallel() const { return tp_.size > 1; }
 
+  LlamaConfig whole_config_;  // the whole model's (tensor parallelism: config_ is a shard's)
+  TensorShard tp_;
   LlamaConfig config_;
   LlamaLayout layout_;
+  // The whole vocabulary, and this shard's rows of it: [v0_, v0_ + vrows_) (all
+  // of it without tensor parallelism).
+  int64_t vocab_ = 0, v0_ = 0, vrows_ = 0;
   Device device_;
   std::unique_ptr<Stream> stream_;
   DType working_dtype_;

@@ -11,6 +11,7 @@
 #include "ops/attention.h"
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
+#include "ops/cross_entropy_parallel.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
 #include "ops/rmsnorm.h"
@@ -45,6 +46,13 @@ std::pair<Tensor, int64_t> LlamaModel::loss_backward(float normalizer) {
   Arena& a = *arena_;
   FANOUT_ASSERT(a.targets.defined(), "a loss backward without its forward");
   const int64_t N = a.B * a.T, V = config_.vocab_size;
+  if (tensor_parallel()) {  // Note [Tensor parallelism]: this rank's columns, from the whole lse
+    Tensor dlogits = working_dtype_ == DType::f32 ? a.logits : a.dlogits_x;
+    ops::cross_entropy_shard_backward(*stream_, dlogits, a.logits, a.lse_head, a.targets, N, vrows_,
+                                      V, v0_, a.ignore_index, normalizer);
+    a.targets = Tensor();
+    return {dlogits, V};
+  }
   if (fused_classifier_) {  // Note [Fused classifier]: the bf16 logits become their gradient
     ops::cross_entropy_fused_backward(*stream_, a.logits_x, a.lse_head, a.targets, N, V, ld_,
                                       a.ignore_index, normalizer);
@@ -126,6 +134,7 @@ void LlamaModel::backward_head(const Tensor& dlogits, int64_t ld, bool split) {
   head_held_ = false;
   zero(a.dln, N * C);
   auto final_norm = [&] {
+    tensor_sum(a.dln, N * C);  // Note [Tensor parallelism]: the head's rows' partial sums
     zero(a.dres, N * C);
     ops::rmsnorm_backward(s, a.dres, g(layout_.final_norm(), {C}), a.dln, a.res[L],
                           w(layout_.final_norm(), {C}), a.rstdf, N, C);
@@ -196,6 +205,7 @@ void LlamaModel::backward_layer(int64_t l, bool split) {
   zero(a.dln, N * C);
   ops::matmul_backward(s, a.dln, dw(o.gate, {I, C}), d.dgate, x.ln2, w(o.gate, {I, C}), N, C, I);
   ops::matmul_backward(s, a.dln, dw(o.up, {I, C}), d.dup, x.ln2, w(o.up, {I, C}), N, C, I);
+  tensor_sum(a.dln, N * C);  // Note [Tensor parallelism]: column-parallel input gradients
   ops::rmsnorm_backward(s, a.dres, g(o.ln2, {C}), a.dln, x.res_mid, w(o.ln2, {C}), x.rstd2, N, C);
   // attention block; dres becomes d(res[l]).
   zero(a.datt, N * Hd);
@@ -208,6 +218,7 @@ void LlamaModel::backward_layer(int64_t l, bool split) {
   ops::matmul_backward(s, a.dln, dw(o.q, {Hd, C}), d.dq, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
   ops::matmul_backward(s, a.dln, dw(o.k, {KVd, C}), d.dk, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
   ops::matmul_backward(s, a.dln, dw(o.v, {KVd, C}), d.dv, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
+  tensor_sum(a.dln, N * C);
   ops::rmsnorm_backward(s, a.dres, g(o.ln1, {C}), a.dln, a.res[l], w(o.ln1, {C}), x.rstd1, N, C);
   release_weights(unit);
   release_grads(unit);
@@ -226,7 +237,7 @@ void LlamaModel::backward_embedding() {
     return;
   }
   if (!tied) acquire_grads(0);
-  ops::embedding_backward(s, g(layout_.embed(), {V, C}), a.dres, a.inputs, N, C, V);
+  embedding_grad();
   release_grads(0);
 }
 
@@ -261,8 +272,19 @@ void LlamaModel::backward_weight() {
     ops::matmul_backward(s, Tensor(), g(o.k, {KVd, C}), d.dk, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
     ops::matmul_backward(s, Tensor(), g(o.v, {KVd, C}), d.dv, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
   }
-  if (has_embedding())
-    ops::embedding_backward(s, g(layout_.embed(), {V, C}), a.dres, a.inputs, N, C, V);
+  if (has_embedding()) embedding_grad();
+}
+
+// The embedding's gradient from d(res[0]): a tensor-parallel rank scatters the
+// tokens of its own rows (Note [Tensor parallelism]).
+void LlamaModel::embedding_grad() {
+  Arena& a = *arena_;
+  const int64_t N = a.B * a.T, C = config_.hidden_size, V = config_.vocab_size;
+  if (!tensor_parallel())
+    return ops::embedding_backward(*stream_, g(layout_.embed(), {V, C}), a.dres, a.inputs, N, C, V);
+  if (vrows_ > 0)
+    ops::embedding_backward_rows(*stream_, g(layout_.embed(), {vrows_, C}), a.dres, a.inputs, N, C,
+                                 vocab_, v0_, vrows_);
 }
 
 }  // namespace fanout::models

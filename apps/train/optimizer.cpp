@@ -9,13 +9,17 @@
 
 namespace fanout::train {
 
-std::vector<DecayRun> decay_runs(const models::LlamaLayout& layout) {
+std::vector<DecayRun> decay_runs(const models::LlamaLayout& layout, int copies) {
   std::vector<DecayRun> runs;
-  for (const models::ParamInfo& p : layout.params()) {
-    if (!runs.empty() && runs.back().decay == p.decay && runs.back().end == p.offset) {
-      runs.back().end = p.offset + p.numel;
-    } else {
-      runs.push_back({p.offset, p.offset + p.numel, p.decay});
+  for (int c = 0; c < copies; ++c) {
+    const int64_t base = c * layout.total();
+    for (const models::ParamInfo& p : layout.params()) {
+      const int64_t at = base + p.offset;
+      if (!runs.empty() && runs.back().decay == p.decay && runs.back().end == at) {
+        runs.back().end = at + p.numel;
+      } else {
+        runs.push_back({at, at + p.numel, p.decay});
+      }
     }
   }
   return runs;
@@ -62,8 +66,14 @@ double Optimizer::step(int64_t step, float lr, double clip) {
     ShardState& s = state_[i];
     if (s.end <= s.begin) return 0.0;
     Stream& stream = set_.shard_stream(i);
-    ops::norm_squared(stream, s.norm, set_.shard_grads(i), s.end - s.begin);
-    return static_cast<double>(tensor_to_vector<float>(stream, s.norm)[0]);
+    const Tensor grads = set_.shard_grads(i);
+    double sum = 0;
+    for (const parallel::ParamUnit& r : set_.shard_counted(i)) {
+      if (r.end <= r.begin) continue;
+      ops::norm_squared(stream, s.norm, grads.view(r.begin, {r.end - r.begin}), r.end - r.begin);
+      sum += static_cast<double>(tensor_to_vector<float>(stream, s.norm)[0]);
+    }
+    return sum;
   });
   double norm = std::sqrt(total);
   if (!std::isfinite(norm)) return norm;
@@ -107,13 +117,10 @@ void Optimizer::state_from_host(const std::vector<float>& m, const std::vector<f
   FANOUT_CHECK(static_cast<int64_t>(m.size()) == P && static_cast<int64_t>(v.size()) == P,
                "optimizer state holds ", m.size(), " values, the model ", P);
   ensure_state();
-  for (size_t i = 0; i < state_.size(); ++i) {
-    ShardState& s = state_[i];
-    if (s.end <= s.begin) continue;
-    Stream& stream = set_.shard_stream(static_cast<int>(i));
-    tensor_upload(stream, s.m.view(0, {s.end - s.begin}), m.data() + s.begin);
-    tensor_upload(stream, s.v.view(0, {s.end - s.begin}), v.data() + s.begin);
-  }
+  std::vector<Tensor> ms, vs;
+  for (ShardState& s : state_) ms.push_back(s.m), vs.push_back(s.v);
+  set_.host_to_shards(m.data(), ms);
+  set_.host_to_shards(v.data(), vs);
 }
 
 }  // namespace fanout::train

@@ -22,7 +22,9 @@ struct DecayRun {
   int64_t begin, end;
   bool decay;
 };
-std::vector<DecayRun> decay_runs(const models::LlamaLayout& layout);
+// `copies` layouts one after the other (a tensor-parallel grid's flat space:
+// each rank's shard layout in turn).
+std::vector<DecayRun> decay_runs(const models::LlamaLayout& layout, int copies = 1);
 
 class Optimizer {
  public:

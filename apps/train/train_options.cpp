@@ -164,6 +164,7 @@ void train_options_validate(const TrainOptions& o) {
   FANOUT_CHECK(o.grad_comm == "fp32" || o.grad_comm == "bf16",
                "--grad-comm must be fp32 or bf16, got '", o.grad_comm, "'");
   check_count(o.pp, "pp", 1);
+  check_count(o.tp, "tp", 1);
   check_count(o.micro_batches, "micro-batches", 0);
   FANOUT_CHECK(parallel::pipe_schedule_parse(o.pp_schedule).has_value(),
                "--pp-schedule must be gpipe, 1f1b or zb1, got '", o.pp_schedule, "'");

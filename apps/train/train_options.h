@@ -39,6 +39,9 @@ struct TrainOptions {
   // replica gets), and how the model is cut (params, flops, time, or layers per
   // stage "L1,L2,..."). Run-local, like devices: a run resumes under any grid.
   int64_t pp = 1, micro_batches = 0;
+  // Tensor parallelism: each stage (the whole model without --pp) split over tp
+  // devices (models/llama_tensor.h). Run-local too.
+  int64_t tp = 1;
   std::string pp_schedule = "1f1b", balance = "params";
   // Recompute each layer's forward in backward instead of keeping its
   // activations (every strategy). Run-local: the results are the same.

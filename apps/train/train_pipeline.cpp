@@ -7,6 +7,7 @@
 #include "engine/parallel/pipeline/balance.h"
 #include "models/llama_layout.h"
 #include "models/llama_model.h"
+#include "models/llama_tensor.h"
 
 namespace fanout::train {
 
@@ -71,35 +72,61 @@ std::vector<double> pipeline_unit_costs(const models::LlamaConfig& c, const std:
   return costs;
 }
 
+namespace {
+
+// What a grid run (--pp or --tp) does not combine with, in one line each.
+void refuse_for_grid(const TrainOptions& o, const Setup& s, const std::string& flag) {
+  FANOUT_CHECK(!s.ddp.enabled, flag, " runs its devices in one process: it does not combine with ",
+               "--strategy ", o.strategy, " across processes");
+  FANOUT_CHECK(s.strategy.strategy == parallel::Strategy::dp ||
+                   s.strategy.strategy == parallel::Strategy::zero1,
+               flag,
+               " shares each stage among its replicas as --strategy dp or zero1 does; it does "
+               "not combine with --strategy ",
+               o.strategy);
+  FANOUT_CHECK(s.loss_on == parallel::LossOn::replicas, flag,
+               " computes the loss on the last stage: --loss-on output does not combine with it");
+  FANOUT_CHECK(o.output_device.empty() && o.micro_batch_sizes.empty(), "--",
+               o.output_device.empty() ? "micro-batch-sizes" : "output-device",
+               " does not combine with ", flag,
+               ": the rows are split evenly over the replicas, the loss stays on the last stage");
+}
+
+}  // namespace
+
 void prepare_pipeline(const TrainOptions& o, Setup& s, const std::set<std::string>& given) {
-  if (o.pp == 1) {
+  const int K = static_cast<int>(o.pp), T = static_cast<int>(o.tp);
+  const int64_t n = static_cast<int64_t>(s.devices.size()), L = s.config.num_hidden_layers;
+  if (K == 1) {
     for (const char* flag : {"pp-schedule", "micro-batches", "balance"}) {
       FANOUT_CHECK(!given.count(flag), "--", flag,
                    " shapes a pipeline: give --pp K (K > 1) to cut the model into stages");
     }
+  }
+  if (T > 1) {
+    const std::string flag = "--tp " + std::to_string(T);
+    refuse_for_grid(o, s, flag);
+    models::check_tensor_parallel(s.config, T);
+    FANOUT_CHECK(n % (K * T) == 0, flag, K > 1 ? " x --pp " + std::to_string(K) : std::string(),
+                 " does not divide the ", n,
+                 " devices listed: --devices lists D x K x T devices (D replicas of K stages, "
+                 "each stage on T tensor-parallel devices)");
+  }
+  if (K == 1) {
+    if (T == 1) return;
+    // Tensor parallelism alone: one stage, the whole batch of each replica at once.
+    const int64_t D = n / T;
+    FANOUT_CHECK(s.micro_rows >= D, "each step's batch of ", s.micro_rows,
+                 " rows (--batch-size / --grad-accum) is smaller than the ", D, " replicas");
+    s.cut = {0, static_cast<int>(L) + 2};
+    s.micro_batches = 1;
     return;
   }
-  const int K = static_cast<int>(o.pp);
-  const int64_t n = static_cast<int64_t>(s.devices.size());
-  FANOUT_CHECK(!s.ddp.enabled, "--pp runs its stages in one process: it does not combine with ",
-               "--strategy ", o.strategy, " across processes");
-  FANOUT_CHECK(s.strategy.strategy == parallel::Strategy::dp ||
-                   s.strategy.strategy == parallel::Strategy::zero1,
-               "--pp ", K,
-               " shares each stage among its replicas as --strategy dp or zero1 does; it does "
-               "not combine with --strategy ",
-               o.strategy);
-  FANOUT_CHECK(s.loss_on == parallel::LossOn::replicas,
-               "--pp computes the loss on the last stage: --loss-on output does not combine "
-               "with it");
-  FANOUT_CHECK(o.output_device.empty() && o.micro_batch_sizes.empty(), "--",
-               o.output_device.empty() ? "micro-batch-sizes" : "output-device",
-               " does not combine with --pp: the rows are split evenly over the replicas, the "
-               "loss stays on the last stage");
-  FANOUT_CHECK(n % K == 0, "--pp ", K, " does not divide the ", n,
+  refuse_for_grid(o, s, "--pp " + std::to_string(K));
+  FANOUT_CHECK(n % (K * T) == 0, "--pp ", K, " does not divide the ", n,
                " devices listed: --devices lists K x D devices (K stages for each of D "
                "replicas)");
-  const int64_t D = n / K, L = s.config.num_hidden_layers;
+  const int64_t D = n / (K * T);
   const int64_t rows = s.micro_rows / D;  // the fewest rows a replica gets
   FANOUT_CHECK(rows >= 1, "each step's batch of ", s.micro_rows,
                " rows (--batch-size / --grad-accum) is smaller than the ", D, " pipeline replicas");

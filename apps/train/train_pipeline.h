@@ -22,8 +22,9 @@ std::vector<double> pipeline_unit_costs(const models::LlamaConfig& config, const
                                         DType working);
 
 // Fills s.cut, s.pipe_schedule and s.micro_batches under --pp K > 1 and adds the
-// cut's line to s.notes; refuses, in one line, what does not combine with it.
-// Without --pp, refuses the pipeline's own flags.
+// cut's line to s.notes; under --tp T > 1 alone, one stage of one micro-batch.
+// Refuses, in one line, what does not combine with them (and a T that does not
+// divide the model or the devices); without --pp, the pipeline's own flags.
 void prepare_pipeline(const TrainOptions& o, Setup& s, const std::set<std::string>& given);
 
 }  // namespace fanout::train

@@ -28,6 +28,7 @@
 #include "engine/core/checked_math.h"
 #include "engine/core/number_text.h"
 #include "engine/core/trace.h"
+#include "engine/parallel/grid.h"
 #include "ops/attention.h"
 
 namespace fanout::train {
@@ -107,6 +108,7 @@ TrainingOptions training_options(const Setup& s, distributed::ProcessGroup* grou
   t.adam.weight_decay = static_cast<float>(o.weight_decay);
   t.recompute = o.recompute;
   t.stages = static_cast<int>(o.pp);
+  t.tensor = static_cast<int>(o.tp);
   t.pipe_schedule = s.pipe_schedule;
   t.micro_batches = s.micro_batches;
   t.cut = s.cut;
@@ -120,7 +122,10 @@ std::vector<std::string> header_lines(const Setup& s, distributed::ProcessGroup*
   std::string where = s.ddp.enabled ? std::to_string(s.ddp.world) + " processes (" + group->name() +
                                           ", rank 0 on " + s.devices[0].str() + ")"
                                     : devices_str(s.devices);
-  char header[512];
+  // A grid says which device holds which replica, stage and tensor shard.
+  if (o.pp > 1 || o.tp > 1)
+    where = parallel::describe_grid(s.devices, static_cast<int>(o.pp), static_cast<int>(o.tp));
+  char header[4096];
   std::snprintf(
       header, sizeof header,
       "fanout train: %.2fM parameters on %s | %s, loss on %s%s | %s%s%s | batch %lld x %lld%s | "

@@ -56,8 +56,9 @@ Training::Training(TrainingOptions options, const InitialWeights& initial)
   opt_ = std::make_unique<Optimizer>(*dp_, decay_runs(layout_), options_.adam);
 }
 
-// The stages of a pipeline: replica d's stage s on devices[d * stages + s], its
-// compute stream's trace lane named for both.
+// The stages of a pipeline: replica d's stage s, tensor rank t on
+// devices[(d * stages + s) * tensor + t], its compute stream's trace lane named
+// for all three.
 void Training::make_pipeline(const InitialWeights& initial) {
   FANOUT_ASSERT(!initial.load && !options_.group, "a pipeline loads whole weights, in one process");
   parallel::PipelineOptions po;
@@ -68,12 +69,17 @@ void Training::make_pipeline(const InitialWeights& initial) {
   po.cut = options_.cut;
   po.strategy = options_.strategy;
   po.overlap = options_.overlap;
-  auto factory = [&](Device d, int stage, int replica, int first, int last) {
-    std::string lane = d.str() + " stage " + std::to_string(stage);
-    if (static_cast<int>(options_.devices.size()) > options_.stages)
-      lane += " replica " + std::to_string(replica);
-    auto m = std::make_unique<models::LlamaModel>(options_.config, d, lane, options_.working);
-    m->set_stage(first, last);
+  po.tensor = options_.tensor;
+  const int T = options_.tensor;
+  auto factory = [&](const parallel::StageSpot& at) {
+    std::string lane = at.device.str() + " stage " + std::to_string(at.stage);
+    if (T > 1) lane += " tp " + std::to_string(at.tensor_rank);
+    if (static_cast<int>(options_.devices.size()) > options_.stages * T)
+      lane += " replica " + std::to_string(at.replica);
+    auto m =
+        std::make_unique<models::LlamaModel>(options_.config, at.device, lane, options_.working,
+                                             models::TensorShard{at.tensor_rank, T, at.peers});
+    m->set_stage(at.first_unit, at.last_unit);
     m->set_recompute(options_.recompute);
     return m;
   };
@@ -84,7 +90,9 @@ void Training::make_pipeline(const InitialWeights& initial) {
     pipe_->params_from_host(
         models::LlamaModel::random_params(options_.config, initial.seed).data());
   }
-  opt_ = std::make_unique<Optimizer>(*pipe_, decay_runs(layout_), options_.adam);
+  const models::LlamaLayout shard(T > 1 ? models::tensor_shard_config(options_.config, T)
+                                        : options_.config);
+  opt_ = std::make_unique<Optimizer>(*pipe_, decay_runs(shard, T), options_.adam);
 }
 
 parallel::DataParallel& Training::engine() {

@@ -48,8 +48,12 @@ struct TrainingOptions {
   bool recompute = false;
   // Pipeline parallelism, when a cut is given (stages + 1 unit bounds,
   // engine/parallel/pipeline/balance.h; one stage is a pipeline too): the
-  // devices are replicas x stages, replica-major.
+  // devices are replicas x stages (x tensor ranks), replica-major.
   int stages = 1;
+  // Tensor parallelism (Note [Tensor parallelism], models/llama_tensor.cpp): each
+  // stage split over `tensor` devices; the devices are replicas x stages x
+  // tensor ranks. Runs through the pipeline engine (one stage without --pp).
+  int tensor = 1;
   parallel::PipeSchedule pipe_schedule = parallel::PipeSchedule::one_f_one_b;
   int micro_batches = 0;  // per replica and step; 0: 2 x stages
   std::vector<int> cut;

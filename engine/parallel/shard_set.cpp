@@ -1,6 +1,7 @@
 #include "engine/parallel/shard_set.h"
 
 #include "engine/core/check.h"
+#include "engine/core/flat.h"
 #include "engine/parallel/data_parallel.h"
 
 namespace fanout::parallel {
@@ -47,6 +48,21 @@ class DataParallelShards final : public ShardSet {
 };
 
 }  // namespace
+
+void ShardSet::host_to_shards(const float* in, const std::vector<Tensor>& per_shard) {
+  const std::vector<ParamUnit> sh = shards();
+  FANOUT_ASSERT(per_shard.size() == sh.size(), "one tensor per shard");
+  for (size_t i = 0; i < sh.size(); ++i) {
+    if (sh[i].end <= sh[i].begin) continue;
+    tensor_upload(shard_stream(static_cast<int>(i)),
+                  per_shard[i].view(0, {sh[i].end - sh[i].begin}), in + sh[i].begin);
+  }
+}
+
+std::vector<ParamUnit> ShardSet::shard_counted(int i) const {
+  const ParamUnit u = shards()[i];
+  return {{0, u.end - u.begin}};
+}
 
 std::unique_ptr<ShardSet> data_parallel_shards(DataParallel& dp) {
   return std::make_unique<DataParallelShards>(dp);

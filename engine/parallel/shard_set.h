@@ -43,6 +43,13 @@ class ShardSet {
   // One tensor per shard ((end - begin) values, e.g. optimizer state) -> the
   // whole flat buffer on the host.
   virtual void shards_to_host(const std::vector<Tensor>& per_shard, float* out) = 0;
+  // The other way: the whole flat buffer on the host -> one tensor per shard.
+  // By default shard i is [begin, end) of the whole layout.
+  virtual void host_to_shards(const float* in, const std::vector<Tensor>& per_shard);
+  // The ranges of shard i (offsets within it) whose squares the global gradient
+  // norm counts: all of it, unless the shard holds copies of values another
+  // shard counts (a tensor-parallel rank's copy of the norm weights).
+  virtual std::vector<ParamUnit> shard_counted(int i) const;
 };
 
 // DataParallel's shards as a ShardSet (the engine outlives it).

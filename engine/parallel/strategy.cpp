@@ -76,6 +76,13 @@ const std::vector<Mode>& modes() {
        "pp-zb1 (--pp N --pp-schedule zb1): the backward split, weight gradients filling the "
        "bubbles",
        PipeSchedule::zb1},
+      {"tp", Strategy::dp, LossOn::replicas, false, false,
+       "tp (--tp N): every weight matrix split over the devices (attention heads, MLP units, the "
+       "vocabulary), an all-reduce after each block",
+       std::nullopt, true},
+      {"pp-tp", Strategy::dp, LossOn::replicas, false, false,
+       "pp-tp (--pp 2 --tp N/2): two stages, each split over half the devices",
+       PipeSchedule::one_f_one_b, true, 2},
   };
   return all;
 }
@@ -97,6 +104,8 @@ std::string mode_names() {
 
 std::string mode_flags(const Mode& mode) {
   if (mode.processes) return "--strategy ddp (under fanout launch; overlaps by default)";
+  if (mode.tensor)
+    return mode.pipeline ? "--pp 2 --tp N/2 (N: the devices)" : "--tp N (N: the devices)";
   if (mode.pipeline) {
     return std::string("--pp N --pp-schedule ") + pipe_schedule_name(*mode.pipeline) +
            " (N: the devices)";

@@ -53,12 +53,17 @@ struct Mode {
   std::string title;  // the walkthrough's heading for it
   // A pipeline over the devices (one stage each) under this schedule, or none.
   std::optional<PipeSchedule> pipeline = std::nullopt;
+  // Tensor parallelism: the devices a stage gets (all of them without a
+  // pipeline) split each of its weight matrices; `stages` then fixes the
+  // pipeline's stage count (0: one per device).
+  bool tensor = false;
+  int stages = 0;
 };
 // Every mode, in the order bench's `all` runs them.
 const std::vector<Mode>& modes();
 // nullptr when no mode has that name.
 const Mode* mode_find(std::string_view name);
-// "dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp, pp-gpipe, pp-1f1b, pp-zb1".
+// "dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp, pp-gpipe, pp-1f1b, pp-zb1, tp, pp-tp".
 std::string mode_names();
 // The `fanout train` flags that run the mode: "--strategy dp --loss-on output";
 // a pipeline's stage count is the number of devices: "--pp N --pp-schedule 1f1b".

@@ -17,6 +17,12 @@
 //   tied      a tied lm_head on the last stage is one logical weight with the
 //             first stage's embedding: its gradient is added there before the
 //             update, the updated weights copied back after it
+//   tensor    each stage may itself be split over T devices (tensor
+//             parallelism: a TensorPeers group per stage and replica, which the
+//             stage's model calls inside its forward and backward); the T ranks
+//             of a stage replay the same list in step, rank t of stage s
+//             exchanging boundary tensors with rank t of its neighbours. The
+//             grid is D x K x T devices, tensor peers neighbours.
 // The loss is normalised once by the step's counted-token total (every replica,
 // every micro-batch), as in DataParallel: N devices equal one device on the
 // whole batch.
@@ -42,9 +48,10 @@
 namespace fanout::parallel {
 
 struct PipelineOptions {
-  // replicas x stages devices, replica-major: devices[d * stages + s].
+  // replicas x stages x tensor devices: devices[(d * stages + s) * tensor + t].
   std::vector<Device> devices;
   int stages = 1;
+  int tensor = 1;  // tensor-parallel ranks per stage
   PipeSchedule schedule = PipeSchedule::one_f_one_b;
   int micro_batches = 0;  // per replica and step; 0: 2 x stages
   // How each stage's replicas share the update: dp (gradients summed onto
@@ -65,12 +72,20 @@ struct PipelineOptions {
 };
 
 class Collectives;
+class TensorPeers;
+
+// Where a stage model goes in the grid: it holds units [first_unit, last_unit)
+// on `device`; with tensor parallelism it is rank `tensor_rank` of `peers`.
+struct StageSpot {
+  Device device;
+  int stage = 0, replica = 0, tensor_rank = 0;
+  int first_unit = 0, last_unit = 0;
+  TensorPeers* peers = nullptr;  // null without tensor parallelism
+};
 
 class Pipeline final : public ShardSet {
  public:
-  // A stage holding units [first_unit, last_unit) on `device`.
-  using StageFactory = std::function<std::unique_ptr<PipeStage>(
-      Device device, int stage, int replica, int first_unit, int last_unit)>;
+  using StageFactory = std::function<std::unique_ptr<PipeStage>(const StageSpot& spot)>;
 
   Pipeline(const StageFactory& factory, PipelineOptions options);
   ~Pipeline() override;
@@ -79,12 +94,13 @@ class Pipeline final : public ShardSet {
 
   int stages() const { return options_.stages; }
   int replicas() const { return replicas_; }
+  int tensor() const { return options_.tensor; }
   int micro_batches() const { return options_.micro_batches; }
   const PipelineOptions& options() const { return options_; }
   const Schedule& schedule() const { return schedule_; }
-  PipeStage& stage(int s, int replica = 0) { return *stages_[index(s, replica)]; }
+  PipeStage& stage(int s, int replica = 0, int t = 0) { return *stages_[index(s, replica, t)]; }
   // Elements of the whole model's flat layout.
-  int64_t num_params() const override { return total_; }
+  int64_t num_params() const override { return whole_; }
 
   // The whole fp32 master weights from or to the host (every stage its range;
   // replicas and tied copies follow).
@@ -105,9 +121,10 @@ class Pipeline final : public ShardSet {
   void reduce_gradients();
 
   // --- ShardSet: the optimizer's half of a step, after reduce_gradients ---
-  // dp: one shard per stage (replica 0's); zero1: one per stage and replica.
-  // Each is updated on its owner's thread; then every replica's working weights
-  // and a tied lm_head's copy follow.
+  // dp: one shard per stage and tensor rank (replica 0's); zero1: one per stage,
+  // tensor rank and replica. Each is updated on its owner's thread; then every
+  // replica's working weights and a tied lm_head's copy follow. Shard ranges are
+  // in the grid's own flat space: the T ranks' layouts one after the other.
   std::vector<ParamUnit> shards() const override;
   Device shard_device(int i) const override { return owner(i).device(); }
   Stream& shard_stream(int i) override { return owner(i).compute_stream(); }
@@ -117,30 +134,46 @@ class Pipeline final : public ShardSet {
   double sum_over_shards(const std::function<double(int)>& partial) override;
   void update_shards(const std::function<bool(int)>& update) override;
   void shards_to_host(const std::vector<Tensor>& per_shard, float* out) override;
+  void host_to_shards(const float* in, const std::vector<Tensor>& per_shard) override;
+  std::vector<ParamUnit> shard_counted(int i) const override;
 
   // Forward only: the loss sum and counted tokens of a batch.
   LossStats evaluate(const HostBatch& batch, int32_t ignore_index);
 
   // Seconds of the last forward_backward (the whole schedule) and reduce.
   double last_step_seconds() const { return step_s_; }
-  AllocatorStats memory(int stage, int replica = 0) const;
+  AllocatorStats memory(int stage, int replica = 0, int t = 0) const;
   // Bytes copied between distinct devices since construction: boundary
   // activations and gradients, gradient sums, weight copies.
   int64_t bytes_moved() const;
 
  private:
   struct Lane;  // one (replica, stage): boundary buffers, events, batch buffers
-  // A shard: [lo, hi) of stage `stage`'s buffers on `replica`; base: the stage's
-  // offset in the whole layout.
+  // A shard: [lo, hi) of stage `stage`'s buffers on (`replica`, tensor rank t);
+  // base: the stage's offset in the grid's flat space.
   struct ShardAt {
-    int stage, replica;
+    int stage, replica, t;
     int64_t lo, hi, base;
+  };
+  struct LanePos {
+    int stage, replica, t;
   };
   bool zero1() const { return options_.strategy == Strategy::zero1 && replicas_ > 1; }
   void make_shards();
-  PipeStage& owner(int i) const { return *stages_[index(shards_[i].stage, shards_[i].replica)]; }
+  PipeStage& owner(int i) const {
+    return *stages_[index(shards_[i].stage, shards_[i].replica, shards_[i].t)];
+  }
+  // Shard i's [lo, hi) <-> the whole layout, through its stage's pieces
+  // (shared pieces of ranks t > 0 skipped): fn(whole offset, shard offset, count).
+  void for_each_piece(int i, const std::function<void(int64_t, int64_t, int64_t)>& fn) const;
   void run_on_shards(const std::function<void(int)>& fn);
-  int index(int s, int replica) const { return replica * options_.stages + s; }
+  int index(int s, int replica, int t = 0) const {
+    return (replica * options_.stages + s) * options_.tensor + t;
+  }
+  LanePos pos(int lane) const {
+    const int T = options_.tensor, K = options_.stages;
+    return {(lane / T) % K, lane / (T * K), lane % T};
+  }
   void run_lanes(const std::function<void(int)>& fn);
   void run_actions(int lane, const std::vector<int64_t>& rows, int64_t T, int32_t ignore_index,
                    float normalizer, bool backward);
@@ -152,27 +185,32 @@ class Pipeline final : public ShardSet {
   LossStats step(const HostBatch& batch, int32_t ignore_index, double normalizer, bool backward,
                  bool last);
   bool tied();  // a tied lm_head on the last stage, apart from the embedding
-  void add_tied(int replica);
+  void add_tied(int replica, int t);
   void reduce_stage(int s);
   void stage_done(int s);
-  // Stage s's buffer (grads, working_params) and compute stream on every replica.
+  // Stage s's buffer (grads, working_params) and compute stream on every replica
+  // (of tensor rank t).
   std::pair<std::vector<Tensor>, std::vector<Stream*>> across_replicas(
-      int s, Tensor (PipeStage::*buffer)());
+      int s, int t, Tensor (PipeStage::*buffer)());
+  Collectives& stage_comm(int s, int t) { return *stage_comms_[s * options_.tensor + t]; }
   void sync_replicas();  // replica 0's working weights to every copy
   void sync_tied();      // the first stage's embedding to a tied lm_head's copy
   void recover();
 
   PipelineOptions options_;
   int replicas_ = 1;
-  int64_t total_ = 0;
+  int64_t total_ = 0;  // elements of one tensor rank's layout
+  int64_t whole_ = 0;  // elements of the whole model's layout
   Schedule schedule_;
   std::vector<int> slots_;  // per stage: micro-batches in flight at most
   std::vector<std::unique_ptr<PipeStage>> stages_;
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::unique_ptr<ThreadPool> pool_;
-  std::vector<std::unique_ptr<Collectives>> stage_comms_;  // per stage, over its replicas
+  std::vector<std::unique_ptr<Collectives>> stage_comms_;  // per stage and rank, over replicas
+  std::vector<std::unique_ptr<TensorPeers>> peers_;        // per replica and stage (T > 1)
   std::vector<ShardAt> shards_;
-  std::vector<std::vector<int64_t>> bounds_;  // per stage: its owners' parts
+  std::vector<std::vector<int64_t>> bounds_;    // per stage: its owners' parts
+  std::vector<std::vector<FlatPiece>> pieces_;  // per stage and tensor rank
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<char> posted_;

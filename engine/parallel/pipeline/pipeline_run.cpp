@@ -10,6 +10,7 @@
 #include "engine/parallel/pipeline/pipeline_lane.h"
 #include "engine/parallel/scatter.h"
 #include "engine/parallel/step_aborted.h"
+#include "engine/parallel/tensor/tensor_peers.h"
 
 namespace fanout::parallel {
 
@@ -46,6 +47,7 @@ void Pipeline::run_lanes(const std::function<void(int)>& fn) {
     stage_done_.assign(options_.stages, 0);
     aborted_ = false;
   }
+  for (auto& p : peers_) p->reset();
   try {
     pool_->run_on_devices([&](int lane) {
       try {
@@ -58,6 +60,7 @@ void Pipeline::run_lanes(const std::function<void(int)>& fn) {
           aborted_ = true;
         }
         cv_.notify_all();
+        for (auto& p : peers_) p->abort();  // tensor peers waiting in a collective
         throw;
       }
     });
@@ -84,7 +87,7 @@ void Pipeline::recover() {
 void Pipeline::prepare(const HostBatch& batch, const std::vector<std::vector<int64_t>>& rows) {
   const int K = options_.stages, M = options_.micro_batches;  // the most any step uses
   for (int li = 0; li < static_cast<int>(lanes_.size()); ++li) {
-    const int s = li % K, d = li / K;
+    const int s = pos(li).stage, d = pos(li).replica;
     Lane& ln = *lanes_[li];
     PipeStage& st = *stages_[li];
     const int64_t most = *std::max_element(rows[d].begin(), rows[d].end());
@@ -122,7 +125,7 @@ LossStats Pipeline::step(const HostBatch& batch, int32_t ignore_index, double no
   prepare(batch, rows);
   reduced_ = false;
   run_lanes([&](int li) {
-    const int s = li % K, d = li / K;
+    const int s = pos(li).stage, d = pos(li).replica;
     int64_t row0 = 0;
     for (int e = 0; e < d; ++e) row0 += per_replica[e];
     lanes_[li]->upload(stages_[li]->compute_stream(), batch, row0);
@@ -132,7 +135,7 @@ LossStats Pipeline::step(const HostBatch& batch, int32_t ignore_index, double no
   });
   reduced_ = overlap;
   LossStats total;
-  for (int d = 0; d < D; ++d) {
+  for (int d = 0; d < D; ++d) {  // every tensor rank computes the same loss: rank 0's
     const Lane& last = *lanes_[index(K - 1, d)];
     total.loss_sum += last.loss.loss_sum;
     total.count += last.loss.count;
@@ -143,7 +146,8 @@ LossStats Pipeline::step(const HostBatch& batch, int32_t ignore_index, double no
 
 void Pipeline::run_actions(int li, const std::vector<int64_t>& rows, int64_t T,
                            int32_t ignore_index, float normalizer, bool backward) {
-  const int K = options_.stages, M = static_cast<int>(rows.size()), s = li % K, d = li / K;
+  const int K = options_.stages, M = static_cast<int>(rows.size()), TP = options_.tensor;
+  const int s = pos(li).stage, d = pos(li).replica;
   Lane& ln = *lanes_[li];
   PipeStage& st = *stages_[li];
   Stream& stream = st.compute_stream();
@@ -175,10 +179,10 @@ void Pipeline::run_actions(int li, const std::vector<int64_t>& rows, int64_t T,
       span.emplace(stream, action_text(a));
       st.stage_forward(in, rows[m], T, ln.targets(m), ln.stats(m), ignore_index);
       if (s < K - 1) {
-        Lane& next = *lanes_[li + 1];
+        Lane& next = *lanes_[li + TP];
         copy_between(stream, next.fwd_in(m), st.stage_output());
         next.fwd_event[m]->record(stream);
-        post(li + 1, m, kForward);
+        post(li + TP, m, kForward);
       }
       continue;
     }
@@ -196,10 +200,10 @@ void Pipeline::run_actions(int li, const std::vector<int64_t>& rows, int64_t T,
       span.emplace(stream, action_text(a));
       st.stage_backward(dout, normalizer, a.kind == ActionKind::backward_input);
       if (s > 0) {
-        Lane& prev = *lanes_[li - 1];
+        Lane& prev = *lanes_[li - TP];
         copy_between(stream, prev.bwd_in(m), st.stage_input_grad());
         prev.bwd_event[m]->record(stream);
-        post(li - 1, m, kBackward);
+        post(li - TP, m, kBackward);
       }
     }
     if (a.kind != ActionKind::backward_input) free_slots.push_back(slot_of[m]);

@@ -7,12 +7,24 @@
 // stage's compute stream; nothing here waits for it.
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
 #include "engine/parallel/unit_store.h"
 
 namespace fanout::parallel {
+
+// Where a stage's elements sit in the whole model's flat layout (checkpoints,
+// the optimizer's state): `count` elements at `local` of the stage's own layout
+// are the whole model's at `whole`. Without tensor parallelism the stage's layout
+// is the whole model's (one piece, local == whole); a tensor-parallel shard holds
+// slices of most tensors, and whole copies of the rest (shared: every rank of
+// the group holds the same values, which count once, as rank 0's).
+struct FlatPiece {
+  int64_t local = 0, whole = 0, count = 0;
+  bool shared = false;
+};
 
 class PipeStage {
  public:
@@ -21,9 +33,12 @@ class PipeStage {
   virtual Device device() const = 0;
   virtual Stream& compute_stream() = 0;
 
-  // The elements [begin, end) of the whole model's flat layout this stage holds
-  // and updates; params(), grads() and working_params() are that range alone.
+  // The elements [begin, end) of the stage's model layout (the whole model's, or
+  // a tensor-parallel shard's) this stage holds and updates; params(), grads()
+  // and working_params() are that range alone.
   virtual ParamUnit stage_range() const = 0;
+  // stage_range() in pieces of the whole model's layout (FlatPiece), in order.
+  virtual std::vector<FlatPiece> pieces() const = 0;
   virtual Tensor params() = 0;
   virtual Tensor grads() = 0;
   virtual Tensor working_params() = 0;

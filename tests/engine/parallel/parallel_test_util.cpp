@@ -110,12 +110,13 @@ std::unique_ptr<parallel::Pipeline> make_pipeline(const PipelineSetup& setup,
                                                   const models::LlamaConfig& config,
                                                   DType working) {
   parallel::PipelineOptions o;
-  const int n = setup.stages * setup.replicas;
+  const int n = setup.stages * setup.replicas * setup.tensor;
   std::string devices = setup.devices;
   if (devices.empty())
     for (int i = 0; i < n; ++i) devices += (i ? ",cpu:" : "cpu:") + std::to_string(i);
   o.devices = devices_parse(devices);
   o.stages = setup.stages;
+  o.tensor = setup.tensor;
   o.micro_batches = setup.micro_batches;
   o.schedule = setup.schedule;
   o.cut = setup.cut;
@@ -130,12 +131,14 @@ std::unique_ptr<parallel::Pipeline> make_pipeline(const PipelineSetup& setup,
   o.fault_hook = setup.fault_hook;
   o.delay_hook = setup.delay_hook;
   const bool recompute = setup.recompute;
-  auto factory = [&config, working, recompute](Device d, int stage, int replica, int first,
-                                               int last) {
+  const int T = setup.tensor;
+  auto factory = [&config, working, recompute, T](const parallel::StageSpot& at) {
     auto m = std::make_unique<models::LlamaModel>(
-        config, d, d.str() + " stage " + std::to_string(stage) + "." + std::to_string(replica),
-        working);
-    m->set_stage(first, last);
+        config, at.device,
+        at.device.str() + " stage " + std::to_string(at.stage) + "." + std::to_string(at.replica) +
+            "." + std::to_string(at.tensor_rank),
+        working, models::TensorShard{at.tensor_rank, T, at.peers});
+    m->set_stage(at.first_unit, at.last_unit);
     m->set_recompute(recompute);
     return m;
   };
@@ -152,7 +155,9 @@ RunResult run_pipeline(const PipelineSetup& setup, const TestBatch& batch, int s
   models::LlamaLayout layout(config);
   ops::AdamWConfig adam;
   adam.lr = 1e-2f, adam.weight_decay = 0.1f, adam.beta1 = 0.9f, adam.beta2 = 0.95f;
-  train::Optimizer opt(*pipe, train::decay_runs(layout), adam);
+  const models::LlamaLayout shard(
+      setup.tensor > 1 ? models::tensor_shard_config(config, setup.tensor) : config);
+  train::Optimizer opt(*pipe, train::decay_runs(shard, setup.tensor), adam);
   for (int step = 1; step <= steps; ++step) {
     pipe->zero_grad();
     parallel::LossStats st = pipe->forward_backward(batch.host(), models::kIgnoreIndex,

@@ -57,12 +57,13 @@ RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBat
 // PipelineOptions.
 struct PipelineSetup {
   int stages = 2, replicas = 1, micro_batches = 2;
+  int tensor = 1;  // tensor-parallel ranks per stage (devices: replicas x stages x tensor)
   parallel::PipeSchedule schedule = parallel::PipeSchedule::one_f_one_b;
   std::vector<int> cut;
   bool recompute = false;
   parallel::Strategy strategy = parallel::Strategy::dp;  // dp or zero1 over the replicas
   bool overlap = false;
-  std::string devices;  // empty: cpu:0..cpu:(stages * replicas - 1)
+  std::string devices;  // empty: cpu:0..cpu:(stages * replicas * tensor - 1)
   std::function<void(int, int, const parallel::Action&)> fault_hook;
   std::function<void(Stream&, int, int, const parallel::Action&)> delay_hook;
 };
