@@ -124,7 +124,10 @@ void timed_steps(const BenchSetup& setup, train::Training& training,
     result.last_loss = sums[0] / sums[1];
     more = sums[2] > 0;
   }
-  if (!dp) pipeline_bubble(training, batch, n, s + 1, result), ++s;
+  if (!dp) result.tensor = training.pipeline().tensor();
+  // Tensor parallelism alone has one stage and no schedule to speak of.
+  const bool tensor_alone = training.options().tensor > 1 && training.options().stages == 1;
+  if (!dp && !tensor_alone) pipeline_bubble(training, batch, n, s + 1, result), ++s;
   // The profiled step: twice, the first filling the profile's event pool (which
   // would otherwise be made inside the step it measures).
   for (int p = 0; setup.profile_kernels && p < 2; ++p) {
@@ -160,13 +163,18 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
   // A pipeline's stages hold one model between them (counted on one device) and
   // at the least one micro-batch's activations.
   const int64_t my_rows = std::max<int64_t>(1, setup.ddp.rows_of(setup.batch_size).second);
-  const int64_t K = static_cast<int64_t>(setup.devices.size());
-  const int64_t micro_batches = std::min(2 * K, setup.batch_size);  // pipelines
-  train::memory_check_fits(config,
-                           mode.pipeline ? std::vector<Device>{setup.devices[0]} : setup.devices,
+  // Tensor-parallel rows: the devices a stage gets split its weights.
+  const int64_t N = static_cast<int64_t>(setup.devices.size());
+  const bool grid = mode.pipeline || mode.tensor;
+  const int64_t K = mode.pipeline ? (mode.stages > 0 ? mode.stages : N) : 1;
+  FANOUT_CHECK(N % K == 0, mode.name, " needs a multiple of ", K, " devices, got ", N);
+  const int64_t T = mode.tensor ? N / K : 1;
+  if (mode.tensor) models::check_tensor_parallel(config, static_cast<int>(T));
+  const int64_t micro_batches = mode.pipeline ? std::min(2 * K, setup.batch_size) : 1;
+  train::memory_check_fits(config, grid ? std::vector<Device>{setup.devices[0]} : setup.devices,
                            {my_rows,
-                            mode.pipeline ? (my_rows + micro_batches - 1) / micro_batches
-                                          : train::memory_largest_share(my_rows, K),
+                            grid ? (my_rows + micro_batches - 1) / micro_batches
+                                 : train::memory_largest_share(my_rows, N),
                             setup.seq_len, mode.loss_on == parallel::LossOn::output, true});
   // Synthetic tokens (all counted): the timing does not depend on their values.
   const int64_t n = size_mul("--batch-size x --seq-len tokens", {setup.batch_size, setup.seq_len});
@@ -186,10 +194,11 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
   options.group = setup.group;
   options.working = setup.working;
   options.grad_comm = setup.grad_comm;
-  if (mode.pipeline) {  // one stage per device, the cut balanced by parameters
+  if (grid) {  // K stages, the cut balanced by parameters, each on T devices
     FANOUT_CHECK(!setup.group, "a pipeline runs in one process");
     options.stages = static_cast<int>(K);
-    options.pipe_schedule = *mode.pipeline;
+    options.tensor = static_cast<int>(T);
+    options.pipe_schedule = mode.pipeline.value_or(parallel::PipeSchedule::one_f_one_b);
     options.micro_batches = static_cast<int>(micro_batches);
     options.cut =
         parallel::balance_cut(train::pipeline_unit_costs(config, "params", setup.devices[0], 1,
@@ -340,7 +349,8 @@ nlohmann::json bench_row_json(const presentation::BenchResult& r, double base_tp
                                                      {"micro_batches", r.micro_batches},
                                                      {"bubble", r.bubble},
                                                      {"bubble_schedule", r.bubble_schedule}}
-                                    : nlohmann::json()}};
+                                    : nlohmann::json()},
+          {"tensor", r.tensor}};
 }
 
 std::vector<std::string> bench_bubble_lines(const std::vector<presentation::BenchResult>& ran) {

@@ -102,6 +102,13 @@ void add_device_flags(TrainFlags& f, train::TrainOptions& o) {
                           "Pipeline stages K: the model cut into K stages, --devices listing K x D "
                           "devices (K stages for each of D data-parallel replicas)",
                           1, kMaxCount));
+  f.opts->emplace_back(
+      "tensor-parallel",
+      add_number<int64_t>(f.cmd, "--tensor-parallel,--tp", o.tp,
+                          "Tensor-parallel ranks T: each weight matrix split over T devices "
+                          "(attention heads, MLP units, the vocabulary); --devices lists D x K x T "
+                          "devices, tensor peers next to each other",
+                          1, kMaxCount));
   f.text("pp-schedule", o.pp_schedule,
          "The pipeline schedule: gpipe, 1f1b or zb1 (zero bubble: the backward split into "
          "input and weight halves)");

@@ -34,6 +34,7 @@ struct BenchResult {
   // with equal stage costs (-1 for the other modes).
   int stages = 0, micro_batches = 0;
   double bubble = -1, bubble_schedule = -1;
+  int tensor = 0;  // tensor-parallel ranks per stage (0: not a grid row)
 };
 
 }  // namespace fanout::presentation

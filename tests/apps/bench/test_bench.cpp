@@ -84,9 +84,10 @@ TEST_CASE("bench modes: all runs every mode once, an unknown name lists the vali
   std::vector<std::string> all;
   for (const parallel::Mode& b : bench_modes_parse("all")) all.push_back(b.name);
   CHECK(all == std::vector<std::string>{"dp", "dp-output", "dp-overlap", "zero1", "zero2", "zero3",
-                                        "ddp", "pp-gpipe", "pp-1f1b", "pp-zb1"});
+                                        "ddp", "pp-gpipe", "pp-1f1b", "pp-zb1", "tp", "pp-tp"});
   CHECK(parallel::mode_names() ==
-        "dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp, pp-gpipe, pp-1f1b, pp-zb1");
+        "dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp, pp-gpipe, pp-1f1b, pp-zb1, tp, "
+        "pp-tp");
   for (const char* bad : {"dp,zero4", "dp,,zero1", "DP", "all,dp", "dp-output-x"}) {
     CAPTURE(bad);
     try {
@@ -96,7 +97,8 @@ TEST_CASE("bench modes: all runs every mode once, an unknown name lists the vali
       const std::string what = e.what();
       CHECK(what.find("--modes: unknown mode '") != std::string::npos);
       CHECK(what.find("(choose from dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp, "
-                      "pp-gpipe, pp-1f1b, pp-zb1, or all; dp-replicas is another name for "
+                      "pp-gpipe, pp-1f1b, pp-zb1, tp, pp-tp, or all; dp-replicas is another name "
+                      "for "
                       "dp)") != std::string::npos);
       CHECK(what.find('\n') == std::string::npos);
     }
