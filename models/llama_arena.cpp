@@ -10,6 +10,11 @@ LlamaModel::Arena::Arena(const LlamaConfig& c, Device device, DType X, const Sha
   const int64_t N = shape.tokens, C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t Hd = c.num_attention_heads * c.head_dim, KVd = c.num_key_value_heads * c.head_dim;
   const int64_t H = c.num_attention_heads, L = c.num_hidden_layers;
+  // Note [Sequence parallelism]: Ns rows of the residual stream per rank, Nf = T
+  // x Ns rows where they are gathered (rows past N are zeros).
+  const bool sp = shape.sequence;
+  const int64_t Ns = sp ? (N + shape.tensor - 1) / shape.tensor : N,
+                Nf = sp ? shape.tensor * Ns : N;
   // Two passes: count, then carve.
   int64_t total[2] = {0, 0};  // f32, X
   std::vector<std::tuple<Tensor*, int64_t, int>> plan;
@@ -21,12 +26,12 @@ LlamaModel::Arena::Arena(const LlamaConfig& c, Device device, DType X, const Sha
   const DType F = DType::f32;
   res.resize(L + 1);
   layers.resize(L);
-  for (int64_t l = shape.l0; l <= shape.l1; ++l) want(&res[l], N * C, F);
+  for (int64_t l = shape.l0; l <= shape.l1; ++l) want(&res[l], Ns * C, F);
   auto want_layer = [&](Layer& l) {
-    want(&l.res_mid, N * C, F), want(&l.ln1, N * C, X), want(&l.rstd1, N, F);
+    want(&l.res_mid, Ns * C, F), want(&l.ln1, Nf * C, X), want(&l.rstd1, Ns, F);
     want(&l.q, N * Hd, X), want(&l.k, N * KVd, X), want(&l.v, N * KVd, X);
-    want(&l.att, N * Hd, X), want(&l.lse, N * H, F), want(&l.ln2, N * C, X);
-    want(&l.rstd2, N, F), want(&l.gate, N * I, X), want(&l.up, N * I, X);
+    want(&l.att, N * Hd, X), want(&l.lse, N * H, F), want(&l.ln2, Nf * C, X);
+    want(&l.rstd2, Ns, F), want(&l.gate, N * I, X), want(&l.up, N * I, X);
     want(&l.act, N * I, X);
   };
   // Note [Recompute]: one set of layer buffers, shared once carved (below).
@@ -44,7 +49,7 @@ LlamaModel::Arena::Arena(const LlamaConfig& c, Device device, DType X, const Sha
   else
     want_grads(layer_grads[0], false);
   if (shape.head) {
-    want(&lnf, N * C, X), want(&rstdf, N, F);
+    want(&lnf, Nf * C, X), want(&rstdf, Ns, F);
     if (shape.fused)
       want(&logits_x, N * shape.ld, X), want(&lse_head, N, F);
     else
@@ -52,9 +57,11 @@ LlamaModel::Arena::Arena(const LlamaConfig& c, Device device, DType X, const Sha
     if (X != F && !shape.fused) want(&dlogits_x, N * V, X);
     if (shape.tensor > 1) want(&lse_head, N, F), want(&ce_parts, shape.tensor * N * 3, F);
   }
-  want(&tmp_c, N * C, F), want(&dres, N * C, F), want(&dln, N * C, F), want(&datt, N * Hd, F);
+  want(&tmp_c, Nf * C, F), want(&dres, Ns * C, F), want(&dln, Nf * C, F), want(&datt, N * Hd, F);
   want(&dact, N * I, F);
   if (X != F) want(&dres_x, N * C, X);
+  if (sp) want(&dres_full, Nf * C, F);
+  if (sp && !shape.head) want(&hidden_full, Nf * C, F);
   storage_f32 = Tensor::empty({total[0]}, F, device, MemTag::activations);
   if (total[1] > 0) storage_x = Tensor::empty({total[1]}, X, device, MemTag::activations);
   int64_t at[2] = {0, 0};

@@ -29,6 +29,9 @@ struct LlamaModel::Arena {
     bool head = true, fused = false, recompute = false, split = false;
     int64_t ld = 0;  // the logits' row stride
     int tensor = 1;  // tensor-parallel ranks (the loss's per-row parts of each)
+    // Note [Sequence parallelism]: the residual stream, its norms' statistics and
+    // its gradient hold a rank's rows only; what gathers them holds all ranks'.
+    bool sequence = false;
   };
   Arena(const LlamaConfig& c, Device device, DType X, const Shape& shape);
 
@@ -48,6 +51,9 @@ struct LlamaModel::Arena {
   Tensor tmp_c, dres, dln, datt, dact;
   // bf16 only: the GEMM-side copies of dres and (unfused) of dlogits
   Tensor dres_x, dlogits_x;
+  // Sequence parallelism: every rank's rows of dres, and of the hidden state
+  // (the stage's output), gathered.
+  Tensor dres_full, hidden_full;
   // The micro-batch these activations belong to, and the logits' gradient the
   // head's weight gradient reads (split backward).
   int64_t B = 0, T = 0;

@@ -327,9 +327,20 @@ std::vector<parallel::FlatPiece> LlamaModel::pieces() const {
   for (parallel::FlatPiece p : tensor_shard_pieces(whole_config_, tp_.size, tp_.rank)) {
     const int64_t lo = std::max(p.local, base_), hi = std::min(p.local + p.count, top_);
     if (lo >= hi) continue;
-    out.push_back({lo, p.whole + (lo - p.local), hi - lo, p.shared});
+    // Note [Sequence parallelism]: each rank's norm gradients cover its rows only.
+    out.push_back({lo, p.whole + (lo - p.local), hi - lo, p.shared, p.shared && sequence()});
   }
   return out;
+}
+
+void LlamaModel::tensor_gather(const Tensor& full, int64_t part) {
+  StreamSpan span(*stream_, "tp all-gather");
+  tp_.peers->all_gather(tp_.rank, full, *stream_, part);
+}
+
+void LlamaModel::tensor_scatter_sum(const Tensor& full, int64_t part) {
+  StreamSpan span(*stream_, "tp reduce-scatter");
+  tp_.peers->reduce_scatter(tp_.rank, full, *stream_, part);
 }
 
 void LlamaModel::tensor_sum(const Tensor& buf, int64_t n) {
@@ -379,6 +390,7 @@ std::unique_ptr<LlamaModel::Arena> LlamaModel::make_arena(int64_t tokens) const 
   shape.fused = fused_classifier_, shape.recompute = recompute_, shape.split = split_backward_;
   shape.ld = ld_;
   shape.tensor = tp_.size;
+  shape.sequence = sequence();
   return std::make_unique<Arena>(config_, device_, working_dtype_, shape);
 }
 
@@ -441,29 +453,55 @@ void LlamaModel::forward_hidden(const Tensor& inputs, int64_t B, int64_t T) {
     FANOUT_ASSERT(inputs.dtype() == DType::i32 && inputs.numel() == N, "inputs ", inputs.str());
     acquire_weights(0, 1);
     if (tensor_parallel()) {  // Note [Tensor parallelism]: each rank its rows, then the sum
+      const Tensor out = sequence() ? a.tmp_c : a.res[0];
       if (vrows_ > 0)
-        ops::embedding_forward_rows(s, a.res[0], inputs, w(layout_.embed(), {vrows_, C}), N, C,
-                                    vocab_, v0_, vrows_);
+        ops::embedding_forward_rows(s, out, inputs, w(layout_.embed(), {vrows_, C}), N, C, vocab_,
+                                    v0_, vrows_);
       else
-        flat_fill(s, a.res[0].view(0, {N * C}), 0.0f);
-      tensor_sum(a.res[0], N * C);
+        flat_fill(s, out.view(0, {N * C}), 0.0f);
+      if (sequence()) {  // Note [Sequence parallelism]: summed onto the rows' owners
+        const int64_t Nr = seq_rows(N), full = tp_.size * Nr * C;
+        if (full > N * C) flat_fill(s, out.view(N * C, {full - N * C}), 0.0f);
+        tensor_scatter_sum(out, Nr * C);
+        tensor_copy(s, a.res[0].view(0, {Nr * C}), out.view(seq_offset(N) * C, {Nr * C}));
+      } else {
+        tensor_sum(a.res[0], N * C);
+      }
     } else {
       ops::embedding_forward(s, a.res[0], inputs, w(layout_.embed(), {V, C}), N, C, V);
     }
     release_weights(0);
   } else {
     FANOUT_ASSERT(inputs.dtype() == DType::f32 && inputs.numel() >= N * C, "hidden ", inputs.str());
-    tensor_copy(s, a.res[l0_].view(0, {N * C}), inputs.view(0, {N * C}));
+    take_rows(a.res[l0_], inputs, N);
   }
   for (int64_t l = l0_; l < l1_; ++l) forward_layer(l);
-  if (!has_head()) return;
+  if (!has_head()) {
+    if (sequence()) {  // the stage's output whole, for the next stage
+      const int64_t Nr = seq_rows(N);
+      tensor_copy(s, a.hidden_full.view(seq_offset(N) * C, {Nr * C}), a.res[l1_].view(0, {Nr * C}));
+      tensor_gather(a.hidden_full, Nr * C);
+    }
+    return;
+  }
   // The head's weights stay for the backward that follows (released there).
   acquire_weights(head, tied ? 0 : -1);
   if (tied) acquire_weights(0, -1);
   head_held_ = true;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  ops::rmsnorm_forward(s, a.lnf, a.rstdf, a.res[c.num_hidden_layers], w(layout_.final_norm(), {C}),
-                       N, C, eps);
+  const int64_t Nr = seq_rows(N);
+  ops::rmsnorm_forward(s, a.lnf.view(seq_offset(N) * C, {Nr * C}), a.rstdf,
+                       a.res[c.num_hidden_layers], w(layout_.final_norm(), {C}), Nr, C, eps);
+  if (sequence()) tensor_gather(a.lnf, Nr * C);
+}
+
+// Whole (N, C) rows -> the rows this rank holds (all of them without sequence
+// parallelism; rows past N zero).
+void LlamaModel::take_rows(const Tensor& mine, const Tensor& whole, int64_t N) {
+  const int64_t C = config_.hidden_size, Nr = seq_rows(N), r0 = seq_offset(N);
+  const int64_t valid = std::clamp<int64_t>(N - r0, 0, Nr);
+  if (valid < Nr) flat_fill(*stream_, mine.view(valid * C, {(Nr - valid) * C}), 0.0f);
+  if (valid > 0) tensor_copy(*stream_, mine.view(0, {valid * C}), whole.view(r0 * C, {valid * C}));
 }
 
 // Layer l from res[l] to res[l + 1], keeping what its backward reads (under
@@ -483,8 +521,17 @@ void LlamaModel::forward_layer(int64_t l, bool acquire) {
   if (acquire) acquire_weights(unit, unit + 1);
   // Note [Tensor parallelism]: the row-parallel projections' partial sums, rank
   // 0's with the residual, summed over the group.
+  const int64_t Nr = seq_rows(N), r0 = seq_offset(N);
   auto project = [&](const Tensor& out, const Tensor& residual, const Tensor& inp,
                      const Tensor& weight, int64_t K) {
+    if (sequence()) {  // Note [Sequence parallelism]: the sum of each rank's rows onto it
+      const int64_t full = tp_.size * Nr * C;
+      ops::matmul_forward(s, a.tmp_c, inp, weight, N, K, C);
+      if (full > N * C) flat_fill(s, a.tmp_c.view(N * C, {full - N * C}), 0.0f);
+      tensor_scatter_sum(a.tmp_c, Nr * C);
+      ops::residual_forward(s, out, residual, a.tmp_c.view(r0 * C, {Nr * C}), Nr * C);
+      return;
+    }
     if (tp_.rank == 0)
       project_add(s, a.tmp_c, out, residual, inp, weight, N, K, C);
     else
@@ -492,7 +539,12 @@ void LlamaModel::forward_layer(int64_t l, bool acquire) {
     tensor_sum(out, N * C);
   };
   // attention block: res_mid = res + o_proj(attention(rope(q), rope(k), v))
-  ops::rmsnorm_forward(s, x.ln1, x.rstd1, a.res[l], w(o.ln1, {C}), N, C, eps);
+  // The norms on this rank's rows, gathered whole for the column-parallel GEMMs.
+  auto norm = [&](const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight) {
+    ops::rmsnorm_forward(s, out.view(r0 * C, {Nr * C}), rstd, inp, weight, Nr, C, eps);
+    if (sequence()) tensor_gather(out, Nr * C);
+  };
+  norm(x.ln1, x.rstd1, a.res[l], w(o.ln1, {C}));
   ops::matmul_forward(s, x.q, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
   ops::matmul_forward(s, x.k, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
   ops::matmul_forward(s, x.v, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
@@ -501,7 +553,7 @@ void LlamaModel::forward_layer(int64_t l, bool acquire) {
   ops::attention_forward(s, x.att, x.lse, x.q, x.k, x.v, B, T, T, H, KV, D);
   project(x.res_mid, a.res[l], x.att, w(o.o, {C, Hd}), Hd);
   // MLP block: res' = res_mid + down(silu(gate(x)) * up(x))
-  ops::rmsnorm_forward(s, x.ln2, x.rstd2, x.res_mid, w(o.ln2, {C}), N, C, eps);
+  norm(x.ln2, x.rstd2, x.res_mid, w(o.ln2, {C}));
   ops::matmul_forward(s, x.gate, x.ln2, w(o.gate, {I, C}), N, C, I);
   ops::matmul_forward(s, x.up, x.ln2, w(o.up, {I, C}), N, C, I);
   ops::swiglu_forward(s, x.act, x.gate, x.up, N * I);
@@ -603,12 +655,14 @@ void LlamaModel::stage_forward(const Tensor& inputs, int64_t B, int64_t T, const
 
 Tensor LlamaModel::stage_output() {
   FANOUT_ASSERT(!has_head(), "the last stage has no output hidden state");
-  return arena_->res[l1_].view(0, {arena_->B * arena_->T * config_.hidden_size});
+  const int64_t n = arena_->B * arena_->T * config_.hidden_size;
+  return (sequence() ? arena_->hidden_full : arena_->res[l1_]).view(0, {n});
 }
 
 Tensor LlamaModel::stage_input_grad() {
   FANOUT_ASSERT(!has_embedding(), "the first stage has no input gradient");
-  return arena_->dres.view(0, {arena_->B * arena_->T * config_.hidden_size});
+  const int64_t n = arena_->B * arena_->T * config_.hidden_size;
+  return (sequence() ? arena_->dres_full : arena_->dres).view(0, {n});
 }
 
 }  // namespace fanout::models

@@ -115,6 +115,7 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
   // or, fused, bf16 logits rows ld_ apart.
   void forward_hidden(const Tensor& inputs, int64_t B, int64_t T);
   void forward_layer(int64_t l, bool acquire = true);
+  void take_rows(const Tensor& mine, const Tensor& whole, int64_t N);
   void forward_head(bool fused);
   // The loss of the current slot's batch (forward_loss, the last stage) and its
   // gradient: the logits' gradient, rows ld apart, that backward_hidden reads.
@@ -161,6 +162,17 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
   // (nothing without one).
   void tensor_sum(const Tensor& buf, int64_t n);
   bool tensor_parallel() const { return tp_.size > 1; }
+  // Note [Sequence parallelism]: whether the residual stream is sharded by rows,
+  // the rows each rank holds of n tokens, where this rank's start in a gathered
+  // buffer, and the gather (all-gather) and the sum of a gathered buffer's parts
+  // onto their owners (reduce-scatter), `part` elements per rank.
+  bool sequence() const { return tp_.sequence && tensor_parallel(); }
+  int64_t seq_rows(int64_t n) const { return sequence() ? (n + tp_.size - 1) / tp_.size : n; }
+  int64_t seq_offset(int64_t n) const { return sequence() ? tp_.rank * seq_rows(n) : 0; }
+  void tensor_gather(const Tensor& full, int64_t part);
+  void tensor_scatter_sum(const Tensor& full, int64_t part);
+  // Sequence parallelism: this rank's rows of d(residual) gathered into dres_full.
+  void gather_dres();
 
   LlamaConfig whole_config_;  // the whole model's (tensor parallelism: config_ is a shard's)
   TensorShard tp_;

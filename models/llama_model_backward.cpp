@@ -93,7 +93,7 @@ void LlamaModel::stage_backward(const Tensor& dout, float normalizer, bool split
   }
   const int64_t n = arena_->B * arena_->T * config_.hidden_size;
   FANOUT_ASSERT(dout.dtype() == DType::f32 && dout.numel() >= n, "dout ", dout.str());
-  tensor_copy(*stream_, arena_->dres.view(0, {n}), dout.view(0, {n}));
+  take_rows(arena_->dres, dout, arena_->B * arena_->T);
   backward_hidden(Tensor(), 0, split);
 }
 
@@ -117,6 +117,14 @@ void LlamaModel::backward_hidden(const Tensor& dlogits, int64_t ld, bool split) 
   if (has_head()) backward_head(dlogits, ld, split);
   for (int64_t l = l1_ - 1; l >= l0_; --l) backward_layer(l, split);
   if (has_embedding() && !split) backward_embedding();
+  if (!has_embedding() && sequence()) gather_dres();  // the stage's input gradient, whole
+}
+
+void LlamaModel::gather_dres() {
+  Arena& a = *arena_;
+  const int64_t N = a.B * a.T, C = config_.hidden_size, Nr = seq_rows(N);
+  tensor_copy(*stream_, a.dres_full.view(seq_offset(N) * C, {Nr * C}), a.dres.view(0, {Nr * C}));
+  tensor_gather(a.dres_full, Nr * C);
 }
 
 void LlamaModel::backward_head(const Tensor& dlogits, int64_t ld, bool split) {
@@ -132,12 +140,18 @@ void LlamaModel::backward_head(const Tensor& dlogits, int64_t ld, bool split) {
     if (tied) acquire_weights(0, -1);
   }
   head_held_ = false;
-  zero(a.dln, N * C);
+  const int64_t Nr = seq_rows(N), r0 = seq_offset(N), Nf = sequence() ? tp_.size * Nr : N;
+  zero(a.dln, Nf * C);
   auto final_norm = [&] {
-    tensor_sum(a.dln, N * C);  // Note [Tensor parallelism]: the head's rows' partial sums
-    zero(a.dres, N * C);
-    ops::rmsnorm_backward(s, a.dres, g(layout_.final_norm(), {C}), a.dln, a.res[L],
-                          w(layout_.final_norm(), {C}), a.rstdf, N, C);
+    // Note [Tensor parallelism]: the partial sums of the head's vocabulary rows;
+    // Note [Sequence parallelism]: each rank's rows summed onto it.
+    if (sequence())
+      tensor_scatter_sum(a.dln, Nr * C);
+    else
+      tensor_sum(a.dln, N * C);
+    zero(a.dres, Nr * C);
+    ops::rmsnorm_backward(s, a.dres, g(layout_.final_norm(), {C}), a.dln.view(r0 * C, {Nr * C}),
+                          a.res[L], w(layout_.final_norm(), {C}), a.rstdf, Nr, C);
   };
   if (split) {  // Note [Split backward]: the lm_head's weight gradient waits
     ops::matmul_backward(s, a.dln, Tensor(), dlogits, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V,
@@ -180,14 +194,30 @@ void LlamaModel::backward_layer(int64_t l, bool split) {
   auto zero = [&](const Tensor& t, int64_t n) { flat_fill(s, t.view(0, {n}), 0.0f); };
   // d(residual) as the o_proj and down_proj GEMMs read it: itself in fp32, a
   // rounded copy in bf16; split, a copy kept for backward_weight.
+  // Note [Sequence parallelism]: gathered from every rank's rows first.
+  const int64_t Nr = seq_rows(N), r0 = seq_offset(N), Nf = sequence() ? tp_.size * Nr : N;
   auto dres_for_gemm = [&](const Tensor& kept) {
-    if (!split && working_dtype_ == DType::f32) return a.dres;
+    if (sequence()) gather_dres();
+    const Tensor src = sequence() ? a.dres_full : a.dres;
+    if (!split && working_dtype_ == DType::f32) return src;
     const Tensor& dst = split ? kept : a.dres_x;
     if (dst.dtype() == DType::f32)
-      tensor_copy(s, dst.view(0, {N * C}), a.dres.view(0, {N * C}));
+      tensor_copy(s, dst.view(0, {N * C}), src.view(0, {N * C}));
     else
-      ops::cast_f32_to_bf16(s, dst.view(0, {N * C}), a.dres.view(0, {N * C}), N * C);
+      ops::cast_f32_to_bf16(s, dst.view(0, {N * C}), src.view(0, {N * C}), N * C);
     return dst;
+  };
+  // The column-parallel GEMMs' input gradient: partial sums over this rank's
+  // heads or units (Note [Tensor parallelism]), summed -- onto each row's owner
+  // under sequence parallelism -- then the norm's backward on the rows held.
+  auto norm_backward = [&](const Tensor& dweight, const Tensor& inp, const Tensor& weight,
+                           const Tensor& rstd) {
+    if (sequence())
+      tensor_scatter_sum(a.dln, Nr * C);
+    else
+      tensor_sum(a.dln, N * C);
+    ops::rmsnorm_backward(s, a.dres, dweight, a.dln.view(r0 * C, {Nr * C}), inp, weight, rstd, Nr,
+                          C);
   };
   const LayerOffsets& o = layout_.layer(l);
   Arena::Layer& x = a.layers[l];
@@ -202,11 +232,10 @@ void LlamaModel::backward_layer(int64_t l, bool split) {
   ops::matmul_backward(s, a.dact, dw(o.down, {C, I}), dres_for_gemm(d.dres_down), x.act,
                        w(o.down, {C, I}), N, I, C);
   ops::swiglu_backward(s, d.dgate, d.dup, a.dact, x.gate, x.up, N * I);
-  zero(a.dln, N * C);
+  zero(a.dln, Nf * C);
   ops::matmul_backward(s, a.dln, dw(o.gate, {I, C}), d.dgate, x.ln2, w(o.gate, {I, C}), N, C, I);
   ops::matmul_backward(s, a.dln, dw(o.up, {I, C}), d.dup, x.ln2, w(o.up, {I, C}), N, C, I);
-  tensor_sum(a.dln, N * C);  // Note [Tensor parallelism]: column-parallel input gradients
-  ops::rmsnorm_backward(s, a.dres, g(o.ln2, {C}), a.dln, x.res_mid, w(o.ln2, {C}), x.rstd2, N, C);
+  norm_backward(g(o.ln2, {C}), x.res_mid, w(o.ln2, {C}), x.rstd2);
   // attention block; dres becomes d(res[l]).
   zero(a.datt, N * Hd);
   ops::matmul_backward(s, a.datt, dw(o.o, {C, Hd}), dres_for_gemm(d.dres_o), x.att, w(o.o, {C, Hd}),
@@ -214,12 +243,11 @@ void LlamaModel::backward_layer(int64_t l, bool split) {
   ops::attention_backward(s, d.dq, d.dk, d.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, B, T, H, KV, D);
   ops::rope_backward(s, d.dq, d.dq, B, T, H, D, c.rope(), 0);
   ops::rope_backward(s, d.dk, d.dk, B, T, KV, D, c.rope(), 0);
-  zero(a.dln, N * C);
+  zero(a.dln, Nf * C);
   ops::matmul_backward(s, a.dln, dw(o.q, {Hd, C}), d.dq, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
   ops::matmul_backward(s, a.dln, dw(o.k, {KVd, C}), d.dk, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
   ops::matmul_backward(s, a.dln, dw(o.v, {KVd, C}), d.dv, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
-  tensor_sum(a.dln, N * C);
-  ops::rmsnorm_backward(s, a.dres, g(o.ln1, {C}), a.dln, a.res[l], w(o.ln1, {C}), x.rstd1, N, C);
+  norm_backward(g(o.ln1, {C}), a.res[l], w(o.ln1, {C}), x.rstd1);
   release_weights(unit);
   release_grads(unit);
 }
@@ -282,8 +310,10 @@ void LlamaModel::embedding_grad() {
   const int64_t N = a.B * a.T, C = config_.hidden_size, V = config_.vocab_size;
   if (!tensor_parallel())
     return ops::embedding_backward(*stream_, g(layout_.embed(), {V, C}), a.dres, a.inputs, N, C, V);
+  if (sequence()) gather_dres();  // Note [Sequence parallelism]: every token's row
+  const Tensor dres = sequence() ? a.dres_full : a.dres;
   if (vrows_ > 0)
-    ops::embedding_backward_rows(*stream_, g(layout_.embed(), {vrows_, C}), a.dres, a.inputs, N, C,
+    ops::embedding_backward_rows(*stream_, g(layout_.embed(), {vrows_, C}), dres, a.inputs, N, C,
                                  vocab_, v0_, vrows_);
 }
 

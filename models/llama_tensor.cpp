@@ -41,6 +41,27 @@ namespace fanout::models {
 // to a multiple of T; the padding rows stay zero (no token reads them, the loss
 // skips their logits, so their gradients are zero).
 
+// Note [Sequence parallelism]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Without it every rank of a group holds the whole residual stream, runs the
+// norms on every token and keeps their activations: work and memory that tensor
+// parallelism does not divide. With --sequence-parallel (Korthikanti et al.'s,
+// as Megatron-LM has it) rank t holds rows [t * Ns, (t + 1) * Ns) of the
+// (tokens, hidden) residual stream, Ns = ceil(tokens / T) (rows past the tokens
+// are zeros): the norms run on those rows, and each all-reduce becomes the pair
+// it is made of --
+//   before q/k/v and gate/up  all-gather the normed rows (backward: reduce-scatter
+//                             the input gradient onto each row's owner)
+//   after o_proj and down     reduce-scatter the partial sums onto each row's owner,
+//                             which adds its residual rows (backward: all-gather
+//                             the residual gradient the GEMMs read)
+//   embedding                 reduce-scatter the looked-up rows
+// -- moving the same bytes. The norm weights' gradients on each rank cover its
+// rows only (FlatPiece::partial): the engine sums them over the group after the
+// step, so every rank updates the same whole values. A pipeline stage's output
+// and input gradient cross to the next stage whole (gathered), so stages with
+// and without it, and the pipeline's buffers, do not change.
+
 void check_tensor_parallel(const LlamaConfig& c, int T) {
   FANOUT_CHECK(T >= 1, "--tp must be at least 1, got ", T);
   auto divides = [&](int64_t n, const char* what) {

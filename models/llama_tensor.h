@@ -20,6 +20,8 @@ namespace fanout::models {
 struct TensorShard {
   int rank = 0, size = 1;
   parallel::TensorPeers* peers = nullptr;
+  // Note [Sequence parallelism]: the residual stream and the norms sharded by rows.
+  bool sequence = false;
 };
 
 // fanout::Error naming the first size that T does not divide: attention heads,

@@ -109,6 +109,9 @@ void add_device_flags(TrainFlags& f, train::TrainOptions& o) {
                           "(attention heads, MLP units, the vocabulary); --devices lists D x K x T "
                           "devices, tensor peers next to each other",
                           1, kMaxCount));
+  f.flag("sequence-parallel", o.sequence_parallel,
+         "With --tp: each tensor rank keeps its share of the tokens' residual stream and norms "
+         "(all-gather and reduce-scatter instead of the all-reduces)");
   f.text("pp-schedule", o.pp_schedule,
          "The pipeline schedule: gpipe, 1f1b or zb1 (zero bubble: the backward split into "
          "input and weight halves)");

@@ -42,6 +42,7 @@ struct TrainOptions {
   // Tensor parallelism: each stage (the whole model without --pp) split over tp
   // devices (models/llama_tensor.h). Run-local too.
   int64_t tp = 1;
+  bool sequence_parallel = false;  // the residual stream sharded by rows among the tp ranks
   std::string pp_schedule = "1f1b", balance = "params";
   // Recompute each layer's forward in backward instead of keeping its
   // activations (every strategy). Run-local: the results are the same.

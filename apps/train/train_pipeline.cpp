@@ -103,6 +103,9 @@ void prepare_pipeline(const TrainOptions& o, Setup& s, const std::set<std::strin
                    " shapes a pipeline: give --pp K (K > 1) to cut the model into stages");
     }
   }
+  FANOUT_CHECK(T > 1 || !o.sequence_parallel,
+               "--sequence-parallel shards the tokens among tensor-parallel ranks: give --tp T "
+               "(T > 1)");
   if (T > 1) {
     const std::string flag = "--tp " + std::to_string(T);
     refuse_for_grid(o, s, flag);

@@ -76,9 +76,9 @@ void Training::make_pipeline(const InitialWeights& initial) {
     if (T > 1) lane += " tp " + std::to_string(at.tensor_rank);
     if (static_cast<int>(options_.devices.size()) > options_.stages * T)
       lane += " replica " + std::to_string(at.replica);
-    auto m =
-        std::make_unique<models::LlamaModel>(options_.config, at.device, lane, options_.working,
-                                             models::TensorShard{at.tensor_rank, T, at.peers});
+    auto m = std::make_unique<models::LlamaModel>(
+        options_.config, at.device, lane, options_.working,
+        models::TensorShard{at.tensor_rank, T, at.peers, options_.sequence_parallel});
     m->set_stage(at.first_unit, at.last_unit);
     m->set_recompute(options_.recompute);
     return m;

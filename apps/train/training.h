@@ -54,6 +54,7 @@ struct TrainingOptions {
   // stage split over `tensor` devices; the devices are replicas x stages x
   // tensor ranks. Runs through the pipeline engine (one stage without --pp).
   int tensor = 1;
+  bool sequence_parallel = false;  // Note [Sequence parallelism], models/llama_tensor.cpp
   parallel::PipeSchedule pipe_schedule = parallel::PipeSchedule::one_f_one_b;
   int micro_batches = 0;  // per replica and step; 0: 2 x stages
   std::vector<int> cut;

@@ -43,6 +43,7 @@ Pipeline::Pipeline(const StageFactory& factory, PipelineOptions options)
         std::vector<Device> group;
         for (int t = 0; t < T; ++t) group.push_back(options_.devices[index(s, d, t)]);
         peers_.push_back(std::make_unique<TensorPeers>(group));
+        tensor_comms_.push_back(make_collectives(group));
       }
     }
   }
@@ -103,6 +104,7 @@ int64_t Pipeline::bytes_moved() const {
   int64_t total = bytes_moved_;
   for (const auto& c : stage_comms_) total += c->bytes_moved();
   for (const auto& p : peers_) total += p->bytes_moved();
+  for (const auto& c : tensor_comms_) total += c->bytes_moved();
   return total;
 }
 
@@ -173,7 +175,26 @@ void Pipeline::add_tied(int d, int t) {
 
 // Stage s's gradients over its replicas: summed onto replica 0 (dp), or
 // reduce-scattered (zero1); queued on the stage's streams.
+// Note [Sequence parallelism] (models/): each tensor rank's gradient of the norm
+// weights covers its rows only; summed over the ranks, every rank holds it whole.
+void Pipeline::sum_partial_pieces(int s, int d) {
+  if (tensor() == 1) return;
+  std::vector<Tensor> bufs;
+  std::vector<Stream*> streams;
+  for (int t = 0; t < tensor(); ++t) {
+    bufs.push_back(stage(s, d, t).grads());
+    streams.push_back(&stage(s, d, t).compute_stream());
+  }
+  const int64_t begin = stage(s).stage_range().begin;
+  for (const FlatPiece& pc : pieces_[s * tensor()]) {
+    if (pc.partial)
+      tensor_comms_[d * stages() + s]->all_reduce(bufs, streams, pc.local - begin,
+                                                  pc.local - begin + pc.count);
+  }
+}
+
 void Pipeline::reduce_stage(int s) {
+  for (int d = 0; d < replicas_; ++d) sum_partial_pieces(s, d);
   if (replicas_ == 1) return;
   for (int t = 0; t < tensor(); ++t) {
     auto [bufs, streams] = across_replicas(s, t, &PipeStage::grads);

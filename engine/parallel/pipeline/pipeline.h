@@ -187,6 +187,7 @@ class Pipeline final : public ShardSet {
   bool tied();  // a tied lm_head on the last stage, apart from the embedding
   void add_tied(int replica, int t);
   void reduce_stage(int s);
+  void sum_partial_pieces(int s, int replica);
   void stage_done(int s);
   // Stage s's buffer (grads, working_params) and compute stream on every replica
   // (of tensor rank t).
@@ -208,6 +209,9 @@ class Pipeline final : public ShardSet {
   std::unique_ptr<ThreadPool> pool_;
   std::vector<std::unique_ptr<Collectives>> stage_comms_;  // per stage and rank, over replicas
   std::vector<std::unique_ptr<TensorPeers>> peers_;        // per replica and stage (T > 1)
+  // Per replica and stage (T > 1): sums of partial pieces (FlatPiece::partial)
+  // over the tensor ranks, after the step.
+  std::vector<std::unique_ptr<Collectives>> tensor_comms_;
   std::vector<ShardAt> shards_;
   std::vector<std::vector<int64_t>> bounds_;    // per stage: its owners' parts
   std::vector<std::vector<FlatPiece>> pieces_;  // per stage and tensor rank

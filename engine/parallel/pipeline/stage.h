@@ -20,10 +20,12 @@ namespace fanout::parallel {
 // are the whole model's at `whole`. Without tensor parallelism the stage's layout
 // is the whole model's (one piece, local == whole); a tensor-parallel shard holds
 // slices of most tensors, and whole copies of the rest (shared: every rank of
-// the group holds the same values, which count once, as rank 0's).
+// the group holds the same values, which count once, as rank 0's; partial: each
+// rank's gradient of them is a part of the whole one -- sequence parallelism --
+// and the engine sums them over the group before the update).
 struct FlatPiece {
   int64_t local = 0, whole = 0, count = 0;
-  bool shared = false;
+  bool shared = false, partial = false;
 };
 
 class PipeStage {

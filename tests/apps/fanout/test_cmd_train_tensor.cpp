@@ -49,6 +49,8 @@ TEST_CASE("train --tp: alone, with replicas and in the 2 x 2 x 2 grid, equal to 
       {{"--devices", kEight, "--tp", "2", "--pp", "2", "--strategy", "zero1", "--overlap",
         "--pp-schedule", "zb1"},
        "2 replicas x 2 stages x 2 tensor ranks"},
+      {{"--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--tp", "2", "--pp", "2", "--sequence-parallel"},
+       ", sequence parallel |"},
   };
   int n = 0;
   for (const Grid& g : grids) {
@@ -79,6 +81,8 @@ TEST_CASE("train --tp: checkpoints cross from the grid to one device and back") 
       {{"--devices", kEight, "--tp", "2", "--pp", "2", "--strategy", "zero1"},
        {"--devices", "cpu:0"}},
       {{"--devices", "cpu:0"}, {"--devices", kEight, "--tp", "2", "--pp", "2"}},
+      {{"--devices", "cpu:0,cpu:1", "--tp", "2", "--sequence-parallel"},
+       {"--devices", "cpu:0,cpu:1", "--tp", "2"}},
   };
   int n = 0;
   for (const Leg& leg : legs) {
@@ -129,4 +133,6 @@ TEST_CASE("train --tp: bad grids are refused in one line") {
           "--loss-on output does not combine with it");
   refused({"--devices", "cpu:0,cpu:1", "--tp", "2", "--output-device", "cpu:1"},
           "--output-device does not combine with --tp 2");
+  refused({"--devices", "cpu:0,cpu:1", "--sequence-parallel"},
+          "--sequence-parallel shards the tokens among tensor-parallel ranks: give --tp T");
 }

@@ -132,12 +132,13 @@ std::unique_ptr<parallel::Pipeline> make_pipeline(const PipelineSetup& setup,
   o.delay_hook = setup.delay_hook;
   const bool recompute = setup.recompute;
   const int T = setup.tensor;
-  auto factory = [&config, working, recompute, T](const parallel::StageSpot& at) {
+  const bool sequence = setup.sequence;
+  auto factory = [&config, working, recompute, T, sequence](const parallel::StageSpot& at) {
     auto m = std::make_unique<models::LlamaModel>(
         config, at.device,
         at.device.str() + " stage " + std::to_string(at.stage) + "." + std::to_string(at.replica) +
             "." + std::to_string(at.tensor_rank),
-        working, models::TensorShard{at.tensor_rank, T, at.peers});
+        working, models::TensorShard{at.tensor_rank, T, at.peers, sequence});
     m->set_stage(at.first_unit, at.last_unit);
     m->set_recompute(recompute);
     return m;

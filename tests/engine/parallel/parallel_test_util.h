@@ -57,7 +57,8 @@ RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBat
 // PipelineOptions.
 struct PipelineSetup {
   int stages = 2, replicas = 1, micro_batches = 2;
-  int tensor = 1;  // tensor-parallel ranks per stage (devices: replicas x stages x tensor)
+  int tensor = 1;         // tensor-parallel ranks per stage (devices: replicas x stages x tensor)
+  bool sequence = false;  // sequence parallelism among the tensor ranks
   parallel::PipeSchedule schedule = parallel::PipeSchedule::one_f_one_b;
   std::vector<int> cut;
   bool recompute = false;

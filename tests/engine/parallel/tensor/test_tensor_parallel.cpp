@@ -46,16 +46,18 @@ RunResult one_device(const TestBatch& batch, const models::LlamaConfig& config, 
 }
 
 RunResult grid(const TestBatch& batch, const models::LlamaConfig& config, DType working, int D,
-               int K, int T, int M = 1, parallel::Strategy strategy = parallel::Strategy::dp) {
+               int K, int T, bool sequence = false) {
   PipelineSetup setup;
-  setup.replicas = D, setup.stages = K, setup.tensor = T, setup.micro_batches = M;
-  setup.strategy = strategy;
+  setup.replicas = D, setup.stages = K, setup.tensor = T, setup.micro_batches = 1;
+  setup.sequence = sequence;
   return run_pipeline(setup, batch, 3, 7, working, &config);
 }
 
 }  // namespace
 
-TEST_CASE("tensor parallel: T ranks equal one device, GQA split by groups") {
+TEST_CASE(
+    "tensor parallel: T ranks equal one device, GQA split by groups, with and without sequence "
+    "parallelism") {
   const TestBatch batch = tp_batch();
   struct Shape {
     int64_t heads, kv;
@@ -74,8 +76,11 @@ TEST_CASE("tensor parallel: T ranks equal one device, GQA split by groups") {
         CAPTURE(sh.T);
         const RunResult ref = one_device(batch, config, working);
         REQUIRE(ref.losses[2] < ref.losses[0]);
-        check_runs_close(grid(batch, config, working, 1, 1, sh.T), ref, config, tol.loss, tol.grad,
-                         tol.update);
+        for (bool sequence : {false, true}) {
+          CAPTURE(sequence);
+          check_runs_close(grid(batch, config, working, 1, 1, sh.T, sequence), ref, config,
+                           tol.loss, tol.grad, tol.update);
+        }
       }
     }
   }
@@ -96,10 +101,14 @@ TEST_CASE("tensor parallel inside pipeline stages: every schedule, M below and a
           CAPTURE(tied);
           CAPTURE(parallel::pipe_schedule_name(sched));
           CAPTURE(M);
-          PipelineSetup setup;
-          setup.stages = 2, setup.tensor = 2, setup.micro_batches = M, setup.schedule = sched;
-          check_runs_close(run_pipeline(setup, batch, 3, 7, working, &config), ref, config,
-                           tol.loss, tol.grad, tol.update);
+          for (bool sequence : {false, true}) {
+            CAPTURE(sequence);
+            PipelineSetup setup;
+            setup.stages = 2, setup.tensor = 2, setup.micro_batches = M, setup.schedule = sched;
+            setup.sequence = sequence;
+            check_runs_close(run_pipeline(setup, batch, 3, 7, working, &config), ref, config,
+                             tol.loss, tol.grad, tol.update);
+          }
         }
       }
     }
@@ -116,17 +125,20 @@ TEST_CASE("the 2 x 2 x 2 grid (dp x pp x tp) on 8 CPU devices equals one device"
         CAPTURE(tied);
         CAPTURE(parallel::strategy_name(strategy));
         CAPTURE(overlap);
-        PipelineSetup setup;
-        setup.replicas = 2, setup.stages = 2, setup.tensor = 2, setup.micro_batches = 2;
-        setup.strategy = strategy, setup.overlap = overlap;
-        check_runs_close(run_pipeline(setup, batch, 3, 7, DType::f32, &config), ref, config,
-                         kF32.loss, kF32.grad, kF32.update);
+        for (bool sequence : {false, true}) {
+          CAPTURE(sequence);
+          PipelineSetup setup;
+          setup.replicas = 2, setup.stages = 2, setup.tensor = 2, setup.micro_batches = 2;
+          setup.strategy = strategy, setup.overlap = overlap, setup.sequence = sequence;
+          check_runs_close(run_pipeline(setup, batch, 3, 7, DType::f32, &config), ref, config,
+                           kF32.loss, kF32.grad, kF32.update);
+        }
       }
     }
   }
-  // dp x tp without stages, bf16.
+  // dp x tp without stages, bf16, sequence parallel.
   const models::LlamaConfig config = tp_config(8, 4, false);
-  check_runs_close(grid(batch, config, DType::bf16, 2, 1, 4),
+  check_runs_close(grid(batch, config, DType::bf16, 2, 1, 4, true),
                    one_device(batch, config, DType::bf16), config, kBf16.loss, kBf16.grad,
                    kBf16.update);
 }
@@ -136,7 +148,7 @@ TEST_CASE("tensor parallel: --recompute is bit-identical") {
   const models::LlamaConfig config = tp_config(4, 2, false);
   for (DType working : {DType::f32, DType::bf16}) {
     PipelineSetup setup;
-    setup.stages = 2, setup.tensor = 2, setup.micro_batches = 2;
+    setup.stages = 2, setup.tensor = 2, setup.micro_batches = 2, setup.sequence = true;
     setup.schedule = parallel::PipeSchedule::zb1;
     const RunResult kept = run_pipeline(setup, batch, 2, 7, working, &config);
     setup.recompute = true;
@@ -175,6 +187,28 @@ TEST_CASE("tensor parallel: each rank holds a 1/T share of the weights, gradient
         CHECK(b == static_cast<size_t>(((whole.total() - norms) / T + norms) * 4));
     }
   }
+}
+
+TEST_CASE("sequence parallelism: each rank keeps its share of the residual stream") {
+  const TestBatch batch = tp_batch();
+  models::LlamaConfig config = tp_config(4, 2, false);
+  config.num_hidden_layers = 6;  // residual streams dominate what sequence parallelism shards
+  auto activations = [&](bool sequence) {
+    PipelineSetup setup;
+    setup.stages = 1, setup.tensor = 2, setup.micro_batches = 1, setup.sequence = sequence;
+    setup.devices = "cpu:12,cpu:13";  // devices no other test here touches
+    auto pipe = make_pipeline(setup, config);
+    pipe->params_from_host(models::LlamaModel::random_params(config, 7).data());
+    pipe->zero_grad();
+    pipe->forward_backward(batch.host(), models::kIgnoreIndex, double(batch.counted()));
+    return pipe->memory(0, 0, 1).tag(MemTag::activations).live;
+  };
+  const size_t whole = activations(false), shared = activations(true);
+  CAPTURE(whole);
+  CAPTURE(shared);
+  // 13 residual buffers of (tokens x hidden) f32 halve; two gathered ones are added.
+  const size_t stream = 64 * 32 * 4;  // 64 tokens x hidden 32 x 4 bytes
+  CHECK(shared + 4 * stream <= whole);
 }
 
 TEST_CASE("tensor parallel: a failing rank is named, its peers stop, the next step runs clean") {
