@@ -16,6 +16,7 @@
 #include "apps/walkthrough/walkthrough_pipeline.h"
 #include "apps/walkthrough/walkthrough_precision.h"
 #include "apps/walkthrough/walkthrough_prose.h"
+#include "apps/walkthrough/walkthrough_tensor.h"
 #include "apps/walkthrough/walkthrough_zero.h"
 #include "engine/core/check.h"
 #include "engine/core/trace.h"
@@ -389,6 +390,8 @@ WalkthroughResult walkthrough_run(const WalkthroughOptions& o, std::ostream& out
   result.precision = walk::walkthrough_precision(o, narrator.data(), ddp_index + 1, out);
   result.pipeline = walk::walkthrough_pipeline(o, narrator.data(), result.modes[0].losses.at(0),
                                                ddp_index + 2, out);
+  result.tensor = walk::walkthrough_tensor(o, narrator.data(), result.modes[0].losses.at(0),
+                                           ddp_index + 3, out);
   narrator.summary(result.modes);
   if (!o.trace_path.empty()) {
     std::vector<TraceSpan> spans = Trace::global().spans();

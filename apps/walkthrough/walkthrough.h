@@ -111,6 +111,21 @@ struct WalkthroughPipeline {
   std::vector<presentation::DevicePeak> memory;  // per distinct device
 };
 
+// The tensor-parallel section's figures (walkthrough_tensor.h): one --tp step.
+struct WalkthroughTensor {
+  int ranks = 0;                   // 0: the model's heads do not divide over two devices
+  std::string refused;             // why not, then
+  std::vector<std::string> holds;  // per rank: what it holds of one layer and the vocabulary
+  int64_t all_reduce_bytes = 0;    // one all-reduce's buffer: tokens x hidden x 4
+  int all_reduces = 0;             // in the step: 4 per layer, the embedding's, the head's
+  // What those and the loss's gather copy between devices as the local
+  // collectives do them (each all-reduce: T - 1 buffers in, T - 1 out), and what
+  // the step measured (0 when the ranks share one device).
+  int64_t bytes_expected = 0, bytes_moved = 0;
+  double loss = 0, dp_loss = 0;
+  std::vector<presentation::DevicePeak> memory;  // per distinct device
+};
+
 struct WalkthroughResult {
   int64_t parameters = 0;
   std::vector<WalkthroughMode> modes;
@@ -118,6 +133,7 @@ struct WalkthroughResult {
   // fp32, bf16, bf16 + --grad-comm bf16 for dp, then for zero1.
   std::vector<WalkthroughPrecisionRun> precision;
   WalkthroughPipeline pipeline;
+  WalkthroughTensor tensor;
 };
 
 // Runs the six modes in order, narrates a ddp step (computed, not run), then the
