@@ -584,7 +584,6 @@ void LlamaModel::forward_head(bool fused) {
 
 Tensor LlamaModel::forward_logits(const Tensor& inputs) {
   FANOUT_ASSERT(inputs.dim() == 2, "inputs must be (B, T), got ", inputs.str());
-  FANOUT_ASSERT(!tensor_parallel(), "forward_logits of a tensor-parallel shard");
   FANOUT_ASSERT(whole(), "forward_logits of a pipeline stage");
   int64_t B = inputs.size(0), T = inputs.size(1);
   forward_hidden(inputs, B, T);

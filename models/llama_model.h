@@ -80,6 +80,9 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
   void params_to_working(int64_t begin, int64_t end) override;
   void zero_grads() override;
   void reserve(int64_t rows, int64_t seq_len) override;
+  // (B, T, V); a tensor-parallel shard's: the columns of its vocabulary rows
+  // (config().vocab_size of them, the last shard's past the whole vocabulary
+  // padding), every rank of the group calling at once.
   Tensor forward_logits(const Tensor& inputs) override;
   int64_t vocab_size() const override { return config_.vocab_size; }
   void backward_from_logits(const Tensor& dlogits) override;

@@ -6,9 +6,11 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "engine/core/check.h"
 #include "engine/parallel/grid.h"
+#include "engine/parallel/tensor/tensor_peers.h"
 #include "models/llama_layout.h"
 #include "models/llama_model.h"
 #include "models/llama_tensor.h"
@@ -82,6 +84,52 @@ TEST_CASE(
                            tol.loss, tol.grad, tol.update);
         }
       }
+    }
+  }
+}
+
+TEST_CASE("tensor parallel: each rank's logits are its vocabulary rows of one device's") {
+  const TestBatch batch = tp_batch();
+  for (bool sequence : {false, true}) {
+    for (int T : {2, 4}) {
+      CAPTURE(sequence);
+      CAPTURE(T);
+      const models::LlamaConfig config = tp_config(8, 4, false);
+      const int64_t B = batch.B, S = batch.T, N = B * S, V = config.vocab_size;
+      models::LlamaModel whole(config, cpu_device(0));
+      whole.init_random(7);
+      Tensor tokens = Tensor::empty({B, S}, DType::i32, cpu_device(0));
+      tensor_upload(whole.compute_stream(), tokens, batch.inputs.data());
+      const std::vector<float> ref =
+          tensor_to_vector<float>(whole.compute_stream(), whole.forward_logits(tokens));
+      std::vector<Device> devices;
+      for (int t = 0; t < T; ++t) devices.push_back(cpu_device(1 + t));
+      parallel::TensorPeers peers(devices);
+      std::vector<std::vector<float>> got(T);
+      std::vector<std::thread> threads;
+      for (int t = 0; t < T; ++t) {
+        threads.emplace_back([&, t] {
+          models::LlamaModel shard(config, devices[t], "", DType::f32,
+                                   models::TensorShard{t, T, &peers, sequence});
+          shard.init_random(7);
+          Tensor mine = Tensor::empty({B, S}, DType::i32, devices[t]);
+          tensor_upload(shard.compute_stream(), mine, batch.inputs.data());
+          got[t] = tensor_to_vector<float>(shard.compute_stream(), shard.forward_logits(mine));
+        });
+      }
+      for (auto& th : threads) th.join();
+      const int64_t rows = models::tensor_vocab_rows(config, T);
+      double worst = 0, scale = 0;
+      for (int t = 0; t < T; ++t) {
+        REQUIRE(static_cast<int64_t>(got[t].size()) == N * rows);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t j = 0; j < rows && t * rows + j < V; ++j) {
+            const double r = ref[n * V + t * rows + j];
+            worst = std::max(worst, std::abs(got[t][n * rows + j] - r));
+            scale = std::max(scale, std::abs(r));
+          }
+      }
+      CHECK(worst <= 1e-5 * scale);
     }
   }
 }
