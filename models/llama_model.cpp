@@ -615,10 +615,7 @@ void LlamaModel::forward_loss_head(const Tensor& targets, const Tensor& stats,
     ops::cross_entropy_shard_forward(*stream_, a.ce_parts.view(tp_.rank * part, {part}), a.logits,
                                      targets, N, vrows_, config_.vocab_size, v0_, vocab_,
                                      ignore_index);
-    {
-      StreamSpan gather(*stream_, "tp all-gather");
-      tp_.peers->all_gather(tp_.rank, a.ce_parts, *stream_, part);
-    }
+    tensor_gather(a.ce_parts, part);
     return ops::cross_entropy_shard_combine(*stream_, stats, a.lse_head, a.ce_parts, targets, N,
                                             tp_.size, ignore_index);
   }

@@ -32,8 +32,8 @@ namespace fanout::parallel {
 // a fast rank that comes back for the next collective deposits into the next round
 // (which cannot end before every waiter of this one has woken and arrived there).
 // Ranks disagreeing on a round (kind, size, dtype) or a rank's bad arguments are
-// found by the last arrival: the round then queues nothing and throws
-// fanout::Error on every rank of it rather than one rank throwing and the others
+// noted as they arrive; the last arrival then queues nothing and the round throws
+// fanout::Error on every rank of it, rather than one rank throwing and the others
 // hanging.
 //
 // Abort avoids hangs: a rank that fails calls abort() (as its step's wrapper
@@ -55,7 +55,8 @@ class TensorPeers {
   // Called by every rank's own thread, in the same order on every rank, each with
   // its buffer (on devices()[rank]) and its stream. Every caller returns once the
   // collective is queued on every rank's stream, never waiting for device work.
-  // With size() == 1 each is a no-op.
+  // With size() == 1 each is a no-op. A rank's stream must outlive the group: the
+  // Collectives keep staging buffers per stream (a device's compute stream does).
 
   // buf[0, n) on every rank <- the sum over ranks (f32; bit-identical on every rank).
   void all_reduce(int rank, const Tensor& buf, Stream& stream, int64_t n);

@@ -55,12 +55,12 @@ struct RankRun {
   bool hung = false;  // the guard had to abort the peers to release the ranks
 };
 
-// fn(rank) on one std::thread per rank. With abort_on_failure a rank that throws
-// anything but StepAborted calls peers.abort(), as a step's wrapper does. Hang
+// fn(rank) on one std::thread per rank. A rank that throws anything but
+// StepAborted calls peers.abort(), as a step's wrapper does. Hang
 // guard: ranks not done within `limit` are released by peers.abort() (the test
 // then fails on `hung`); ranks that even abort cannot release end the process.
-RankRun run_ranks(TensorPeers& peers, const std::function<void(int)>& fn, bool abort_on_failure,
-                  std::chrono::seconds limit = std::chrono::seconds(60)) {
+RankRun run_ranks(TensorPeers& peers, const std::function<void(int)>& fn,
+                  std::chrono::seconds limit = std::chrono::seconds(20)) {
   const int T = peers.size();
   RankRun run;
   run.errors.resize(T);
@@ -76,7 +76,7 @@ RankRun run_ranks(TensorPeers& peers, const std::function<void(int)>& fn, bool a
         run.errors[r] = std::current_exception();
       } catch (...) {
         run.errors[r] = std::current_exception();
-        if (abort_on_failure) peers.abort();
+        peers.abort();
       }
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -181,61 +181,49 @@ PlanResult run_plan(int T, const std::vector<Step>& plan) {
   for (int i = 0; i < S; ++i)
     for (auto& o : res.out[i]) o.resize(plan[i].len(T));
   std::vector<std::atomic<int>> entered(S);
-  res.run = run_ranks(
-      peers,
-      [&](int r) {
-        const Device dev = cpu_device(r);
-        Stream& stream = *streams[r];
-        Tensor f32 = Tensor::empty({most}, DType::f32, dev);
-        Tensor bf16 = Tensor::empty({most}, DType::bf16, dev);
-        // The stream's closures write through raw pointers: drain it before the
-        // buffers go, however the rank ends.
-        struct Drain {
-          Stream& s;
-          ~Drain() {
-            try {
-              s.synchronize();
-            } catch (...) {
-            }
-          }
-        } drain{stream};
-        for (int i = 0; i < S; ++i) {
-          const Step& s = plan[i];
-          const bool half = s.op == Op::all_gather_bf16;
-          const Tensor& buf = half ? bf16 : f32;
-          stream.enqueue([p = buf.raw(), in = &s.in[r], us = s.stream_us[r], half] {
-            if (us) std::this_thread::sleep_for(std::chrono::microseconds(us));
-            for (size_t j = 0; j < in->size(); ++j) {
-              if (half)
-                static_cast<uint16_t*>(p)[j] = float_to_bf16((*in)[j]);
-              else
-                static_cast<float*>(p)[j] = (*in)[j];
-            }
-          });
-          if (s.host_us[r]) std::this_thread::sleep_for(std::chrono::microseconds(s.host_us[r]));
-          entered[i].fetch_add(1);
-          switch (s.op) {
-            case Op::all_reduce:
-              peers.all_reduce(r, buf, stream, s.count);
-              break;
-            case Op::all_gather:
-            case Op::all_gather_bf16:
-              peers.all_gather(r, buf, stream, s.count);
-              break;
-            case Op::reduce_scatter:
-              peers.reduce_scatter(r, buf, stream, s.count);
-              break;
-          }
-          res.seen[i][r] = entered[i].load();
-          stream.enqueue([p = buf.raw(), out = &res.out[i][r], half] {
-            for (size_t j = 0; j < out->size(); ++j)
-              (*out)[j] = half ? bf16_to_float(static_cast<const uint16_t*>(p)[j])
-                               : static_cast<const float*>(p)[j];
-          });
+  res.run = run_ranks(peers, [&](int r) {
+    const Device dev = cpu_device(r);
+    Stream& stream = *streams[r];
+    Tensor f32 = Tensor::empty({most}, DType::f32, dev);
+    Tensor bf16 = Tensor::empty({most}, DType::bf16, dev);
+    for (int i = 0; i < S; ++i) {
+      const Step& s = plan[i];
+      const bool half = s.op == Op::all_gather_bf16;
+      const Tensor& buf = half ? bf16 : f32;
+      stream.enqueue([buf, in = &s.in[r], us = s.stream_us[r], half] {
+        void* p = buf.raw();
+        if (us) std::this_thread::sleep_for(std::chrono::microseconds(us));
+        for (size_t j = 0; j < in->size(); ++j) {
+          if (half)
+            static_cast<uint16_t*>(p)[j] = float_to_bf16((*in)[j]);
+          else
+            static_cast<float*>(p)[j] = (*in)[j];
         }
-        stream.synchronize();
-      },
-      false);
+      });
+      if (s.host_us[r]) std::this_thread::sleep_for(std::chrono::microseconds(s.host_us[r]));
+      entered[i].fetch_add(1);
+      switch (s.op) {
+        case Op::all_reduce:
+          peers.all_reduce(r, buf, stream, s.count);
+          break;
+        case Op::all_gather:
+        case Op::all_gather_bf16:
+          peers.all_gather(r, buf, stream, s.count);
+          break;
+        case Op::reduce_scatter:
+          peers.reduce_scatter(r, buf, stream, s.count);
+          break;
+      }
+      res.seen[i][r] = entered[i].load();
+      stream.enqueue([buf, out = &res.out[i][r], half] {
+        const void* p = buf.raw();
+        for (size_t j = 0; j < out->size(); ++j)
+          (*out)[j] = half ? bf16_to_float(static_cast<const uint16_t*>(p)[j])
+                           : static_cast<const float*>(p)[j];
+      });
+    }
+    stream.synchronize();
+  });
   res.bytes_moved = peers.bytes_moved();
   return res;
 }
@@ -321,35 +309,32 @@ TEST_CASE("tensor peers: callers return once queued, never waiting for device wo
   std::condition_variable cv;
   bool returned_first = false;
   std::thread opener([&] {
-    // Opens the gate once every rank returned (or after 30 s, for the test to fail).
+    // Opens the gate once every rank returned (or after 10 s, for the test to fail).
     std::unique_lock<std::mutex> lock(mu);
     returned_first =
-        cv.wait_for(lock, std::chrono::seconds(30), [&] { return returned.load() == T; });
+        cv.wait_for(lock, std::chrono::seconds(10), [&] { return returned.load() == T; });
     open.set_value();
   });
-  RankRun run = run_ranks(
-      peers,
-      [&](int r) {
-        Stream& stream = *streams[r];
-        Tensor buf = Tensor::empty({n}, DType::f32, cpu_device(r));
-        peers.all_reduce(r, buf, stream, n);  // warms the staging buffers up
-        stream.synchronize();
-        // The stream blocks until the host opens the gate, then writes rank + 1.
-        stream.enqueue([gate, p = buf.data<float>(), r, n] {
-          gate.wait();
-          for (int64_t j = 0; j < n; ++j) p[j] = static_cast<float>(r + 1 + j);
-        });
-        peers.all_reduce(r, buf, stream, n);
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          returned.fetch_add(1);
-        }
-        cv.notify_all();
-        stream.enqueue(
-            [p = buf.data<float>(), o = &out[r]] { std::copy(p, p + o->size(), o->begin()); });
-        stream.synchronize();
-      },
-      false);
+  RankRun run = run_ranks(peers, [&](int r) {
+    Stream& stream = *streams[r];
+    Tensor buf = Tensor::empty({n}, DType::f32, cpu_device(r));
+    peers.all_reduce(r, buf, stream, n);  // warms the staging buffers up
+    stream.synchronize();
+    // The stream blocks until the host opens the gate, then writes r + 1 + j.
+    stream.enqueue([gate, buf, r, n] {
+      float* p = buf.data<float>();
+      gate.wait();
+      for (int64_t j = 0; j < n; ++j) p[j] = static_cast<float>(r + 1 + j);
+    });
+    peers.all_reduce(r, buf, stream, n);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      returned.fetch_add(1);
+    }
+    cv.notify_all();
+    stream.enqueue([buf, o = &out[r]] { std::copy_n(buf.data<float>(), o->size(), o->begin()); });
+    stream.synchronize();
+  });
   opener.join();
   REQUIRE_FALSE(run.hung);
   CHECK(returned_first);  // every rank returned while its stream was still blocked
@@ -377,29 +362,26 @@ TEST_CASE(
                    Clock::now().time_since_epoch())
             .count();
       };
-      RankRun run = run_ranks(
-          peers,
-          [&](int r) {
-            Stream& stream = *streams[r];
-            Tensor buf = Tensor::empty({n}, DType::f32, cpu_device(r));
-            flat_fill(stream, buf, 1.f);
-            for (int i = 0; i < 3; ++i) peers.all_reduce(r, buf, stream, n);
-            if (r == failing) {
-              std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the others wait
-              stream.synchronize();
-              aborted_at = now_us();
-              throw std::runtime_error("rank failed");
-            }
-            if (late && r == latecomer) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-            try {
-              peers.all_reduce(r, buf, stream, n);
-            } catch (const StepAborted&) {
-              stopped_at[r] = now_us();
-              stream.synchronize();
-              throw;
-            }
-          },
-          true, std::chrono::seconds(30));
+      RankRun run = run_ranks(peers, [&](int r) {
+        Stream& stream = *streams[r];
+        Tensor buf = Tensor::empty({n}, DType::f32, cpu_device(r));
+        flat_fill(stream, buf, 1.f);
+        for (int i = 0; i < 3; ++i) peers.all_reduce(r, buf, stream, n);
+        if (r == failing) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the others wait
+          stream.synchronize();
+          aborted_at = now_us();
+          throw std::runtime_error("rank failed");
+        }
+        if (late && r == latecomer) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        try {
+          peers.all_reduce(r, buf, stream, n);
+        } catch (const StepAborted&) {
+          stopped_at[r] = now_us();
+          stream.synchronize();
+          throw;
+        }
+      });
       REQUIRE_FALSE(run.hung);
       for (int r = 0; r < T; ++r) {
         CAPTURE(r);
@@ -418,24 +400,21 @@ TEST_CASE(
       CHECK_THROWS_AS(peers.all_reduce(0, b0, *streams[0], n), StepAborted);
       peers.reset();
       std::vector<std::vector<float>> out(T);
-      run = run_ranks(
-          peers,
-          [&](int r) {
-            Stream& stream = *streams[r];
-            Tensor buf = Tensor::empty({2 * T}, DType::f32, cpu_device(r));
-            flat_fill(stream, buf, static_cast<float>(r + 1));
-            peers.all_reduce(r, buf, stream, 2 * T);
-            peers.reduce_scatter(r, buf, stream, 2);
-            out[r] = tensor_to_vector<float>(stream, buf);
-          },
-          false, std::chrono::seconds(30));
+      run = run_ranks(peers, [&](int r) {
+        Stream& stream = *streams[r];
+        Tensor buf = Tensor::empty({2 * T}, DType::f32, cpu_device(r));
+        flat_fill(stream, buf, static_cast<float>(r + 1));
+        peers.all_reduce(r, buf, stream, 2 * T);
+        peers.reduce_scatter(r, buf, stream, 2);
+        out[r] = tensor_to_vector<float>(stream, buf);
+      });
       REQUIRE_FALSE(run.hung);
       for (int r = 0; r < T; ++r) {
         std::string msg;
         CAPTURE(r);
         CHECK_MESSAGE(outcome(run.errors[r], &msg) == Outcome::ok, msg);
         if (!msg.empty()) continue;
-        CHECK(out[r][2 * r] == 18.f);  // (1 + 2 + 3) summed twice over 3 ranks
+        CHECK(out[r][2 * r] == 18.f);  // all-reduced to 1 + 2 + 3, then 3 x 6
         CHECK(out[r][2 * r + 1] == 18.f);
       }
     }
@@ -477,28 +456,25 @@ TEST_CASE("tensor peers: ranks disagreeing on a round all throw, then the group 
       auto streams = rank_streams(T);
       TensorPeers peers(cpu_devices(T));
       std::vector<float> after(T);
-      RankRun run = run_ranks(
-          peers,
-          [&](int r) {
-            Stream& stream = *streams[r];
-            Tensor f = Tensor::empty({n}, DType::f32, cpu_device(r));
-            Tensor h = Tensor::empty({n}, DType::bf16, cpu_device(r));
-            flat_fill(stream, f, 1.f);
-            if (r != first) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            bool threw = false;
-            try {
-              c.call(peers, r, stream, f, h);
-            } catch (const Error& e) {
-              threw = true;
-              if (dynamic_cast<const StepAborted*>(&e)) throw;
-              FANOUT_CHECK(std::string(e.what()).find("collective #0") != std::string::npos,
-                           "unexpected message: ", e.what());
-            }
-            FANOUT_CHECK(threw, "rank ", r, " did not throw");
-            peers.all_reduce(r, f, stream, n);  // nothing was queued by the refused round
-            after[r] = tensor_to_vector<float>(stream, f)[n - 1];
-          },
-          false, std::chrono::seconds(30));
+      RankRun run = run_ranks(peers, [&](int r) {
+        Stream& stream = *streams[r];
+        Tensor f = Tensor::empty({n}, DType::f32, cpu_device(r));
+        Tensor h = Tensor::empty({n}, DType::bf16, cpu_device(r));
+        flat_fill(stream, f, 1.f);
+        if (r != first) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        bool threw = false;
+        try {
+          c.call(peers, r, stream, f, h);
+        } catch (const Error& e) {
+          threw = true;
+          if (dynamic_cast<const StepAborted*>(&e)) throw;
+          FANOUT_CHECK(std::string(e.what()).find("collective #0") != std::string::npos,
+                       "unexpected message: ", e.what());
+        }
+        FANOUT_CHECK(threw, "rank ", r, " did not throw");
+        peers.all_reduce(r, f, stream, n);  // nothing was queued by the refused round
+        after[r] = tensor_to_vector<float>(stream, f)[n - 1];
+      });
       REQUIRE_FALSE(run.hung);
       for (int r = 0; r < T; ++r) {
         std::string msg;
