@@ -84,7 +84,7 @@ void pipeline_bubble(train::Training& training, const parallel::HostBatch& batch
 // interleave) as forward, the gradient sums and the update as optimizer.
 void timed_steps(const BenchSetup& setup, train::Training& training,
                  const parallel::HostBatch& batch, int64_t n, const std::vector<Device>& distinct,
-                 presentation::BenchResult& result) {
+                 bool schedule, presentation::BenchResult& result) {
   parallel::DataParallel* dp = training.pipelined() ? nullptr : &training.engine();
   const float lr = training.options().adam.lr;
   // Each timed step's seconds: their median is the mode's figure, their quartiles
@@ -125,9 +125,8 @@ void timed_steps(const BenchSetup& setup, train::Training& training,
     more = sums[2] > 0;
   }
   if (!dp) result.tensor = training.pipeline().tensor();
-  // Tensor parallelism alone has one stage and no schedule to speak of.
-  const bool tensor_alone = training.options().tensor > 1 && training.options().stages == 1;
-  if (!dp && !tensor_alone) pipeline_bubble(training, batch, n, s + 1, result), ++s;
+  // A pipeline row's bubble (tensor parallelism alone has no schedule to speak of).
+  if (!dp && schedule) pipeline_bubble(training, batch, n, s + 1, result), ++s;
   // The profiled step: twice, the first filling the profile's event pool (which
   // would otherwise be made inside the step it measures).
   for (int p = 0; setup.profile_kernels && p < 2; ++p) {
@@ -163,13 +162,20 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
   // A pipeline's stages hold one model between them (counted on one device) and
   // at the least one micro-batch's activations.
   const int64_t my_rows = std::max<int64_t>(1, setup.ddp.rows_of(setup.batch_size).second);
-  // Tensor-parallel rows: the devices a stage gets split its weights.
+  // Grid rows: K stages (pp-tp: 2 when the devices are even), each split over
+  // the most tensor ranks that divide its devices and the model (tp), the rest
+  // data-parallel replicas.
   const int64_t N = static_cast<int64_t>(setup.devices.size());
   const bool grid = mode.pipeline || mode.tensor;
-  const int64_t K = mode.pipeline ? (mode.stages > 0 ? mode.stages : N) : 1;
-  FANOUT_CHECK(N % K == 0, mode.name, " needs a multiple of ", K, " devices, got ", N);
-  const int64_t T = mode.tensor ? N / K : 1;
-  if (mode.tensor) models::check_tensor_parallel(config, static_cast<int>(T));
+  const int64_t K = !mode.pipeline     ? 1
+                    : mode.stages == 0 ? N
+                                       : (N % mode.stages == 0 ? mode.stages : 1);
+  int64_t T = 1;
+  for (int64_t t = N / K; mode.tensor && t > 1 && T == 1; --t) {
+    if ((N / K) % t == 0 && config.num_attention_heads % t == 0 &&
+        config.num_key_value_heads % t == 0 && config.intermediate_size % t == 0)
+      T = t;
+  }
   const int64_t micro_batches = mode.pipeline ? std::min(2 * K, setup.batch_size) : 1;
   train::memory_check_fits(config, grid ? std::vector<Device>{setup.devices[0]} : setup.devices,
                            {my_rows,
@@ -219,7 +225,7 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
     // Every process computes the same initial values from the seed; zero3
     // keeps only shards, so no model is initialised whole.
     train::Training training(options, train::InitialWeights{});
-    timed_steps(setup, training, batch, n, distinct, result);
+    timed_steps(setup, training, batch, n, distinct, mode.pipeline.has_value(), result);
     result.peaks = presentation::device_peaks(distinct);
   }
   return result;

@@ -432,7 +432,9 @@ Command add_bench_command(CLI::App& app) {
              " (each what fanout train runs with those flags: dp = --strategy dp, "
              "dp-output = --strategy dp --loss-on output, dp-overlap = --strategy dp "
              "--overlap, ddp = --strategy ddp under fanout launch, pp-1f1b = --pp N --pp-schedule "
-             "1f1b (N: the devices), pp-gpipe and pp-zb1 the same with their schedule), "
+             "1f1b (N: the devices), pp-gpipe and pp-zb1 the same with their schedule, tp = "
+             "--tp T (T: the most devices that divide the heads, key-value heads and MLP units; "
+             "the rest data-parallel replicas), pp-tp = --pp 2 --tp T), "
              "or all; dp-replicas is another name for dp")
       ->capture_default_str();
   timing(cmd);

@@ -77,11 +77,11 @@ const std::vector<Mode>& modes() {
        "bubbles",
        PipeSchedule::zb1},
       {"tp", Strategy::dp, LossOn::replicas, false, false,
-       "tp (--tp N): every weight matrix split over the devices (attention heads, MLP units, the "
+       "tp (--tp T): every weight matrix split over T devices (attention heads, MLP units, the "
        "vocabulary), an all-reduce after each block",
        std::nullopt, true},
       {"pp-tp", Strategy::dp, LossOn::replicas, false, false,
-       "pp-tp (--pp 2 --tp N/2): two stages, each split over half the devices",
+       "pp-tp (--pp 2 --tp T): two stages, each split over tensor-parallel devices",
        PipeSchedule::one_f_one_b, true, 2},
   };
   return all;
@@ -104,8 +104,12 @@ std::string mode_names() {
 
 std::string mode_flags(const Mode& mode) {
   if (mode.processes) return "--strategy ddp (under fanout launch; overlaps by default)";
-  if (mode.tensor)
-    return mode.pipeline ? "--pp 2 --tp N/2 (N: the devices)" : "--tp N (N: the devices)";
+  if (mode.tensor) {
+    return std::string(mode.pipeline ? "--pp 2 " : "") + "--tp T (T: the most devices" +
+           (mode.pipeline ? " of a stage" : "") +
+           " that divide the heads, key-value heads and MLP units; the rest data-parallel "
+           "replicas)";
+  }
   if (mode.pipeline) {
     return std::string("--pp N --pp-schedule ") + pipe_schedule_name(*mode.pipeline) +
            " (N: the devices)";

@@ -53,9 +53,10 @@ struct Mode {
   std::string title;  // the walkthrough's heading for it
   // A pipeline over the devices (one stage each) under this schedule, or none.
   std::optional<PipeSchedule> pipeline = std::nullopt;
-  // Tensor parallelism: the devices a stage gets (all of them without a
-  // pipeline) split each of its weight matrices; `stages` then fixes the
-  // pipeline's stage count (0: one per device).
+  // Tensor parallelism: the most of a stage's devices (all of them without a
+  // pipeline) that divide the model split each of its weight matrices, the rest
+  // are data-parallel replicas; `stages` then fixes the pipeline's stage count
+  // (0: one per device; devices it does not divide run one stage).
   bool tensor = false;
   int stages = 0;
 };

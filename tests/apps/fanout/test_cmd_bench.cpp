@@ -288,6 +288,7 @@ TEST_CASE("bench --modes: help lists every mode, dp-replicas is dp, unknown name
   CHECK(has(help.out, "Comma-separated: dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp"));
   CHECK(has(help.out, "dp-output = --strategy dp --loss-on output"));
   CHECK(has(help.out, "pp-1f1b = --pp N --pp-schedule 1f1b (N: the devices)"));
+  CHECK(has(help.out, "tp = --tp T (T: the most devices that divide the heads"));
   CHECK(has(help.out, "dp-replicas is another name for dp"));
   for (const std::string bad : {"zero4", "dp,dpp", "faithful"}) {
     CAPTURE(bad);
@@ -297,7 +298,7 @@ TEST_CASE("bench --modes: help lists every mode, dp-replicas is dp, unknown name
     CHECK(has(r.err, "--modes: unknown mode '"));
     CHECK(has(r.err,
               "choose from dp, dp-output, dp-overlap, zero1, zero2, zero3, ddp, pp-gpipe, "
-              "pp-1f1b, pp-zb1, or all"));
+              "pp-1f1b, pp-zb1, tp, pp-tp, or all"));
     CHECK(r.out.empty());
   }
   // dp and its older name are one row; dp-output gathers the logits (the comm peak).
