@@ -110,8 +110,8 @@ void prepare_pipeline(const TrainOptions& o, Setup& s, const std::set<std::strin
     const std::string flag = "--tp " + std::to_string(T);
     refuse_for_grid(o, s, flag);
     models::check_tensor_parallel(s.config, T);
-    FANOUT_CHECK(n % (K * T) == 0, flag, K > 1 ? " x --pp " + std::to_string(K) : std::string(),
-                 " does not divide the ", n,
+    FANOUT_CHECK(n % (int64_t{K} * T) == 0, flag,
+                 K > 1 ? " x --pp " + std::to_string(K) : std::string(), " does not divide the ", n,
                  " devices listed: --devices lists D x K x T devices (D replicas of K stages, "
                  "each stage on T tensor-parallel devices)");
   }
@@ -126,7 +126,7 @@ void prepare_pipeline(const TrainOptions& o, Setup& s, const std::set<std::strin
     return;
   }
   refuse_for_grid(o, s, "--pp " + std::to_string(K));
-  FANOUT_CHECK(n % (K * T) == 0, "--pp ", K, " does not divide the ", n,
+  FANOUT_CHECK(n % (int64_t{K} * T) == 0, "--pp ", K, " does not divide the ", n,
                " devices listed: --devices lists K x D devices (K stages for each of D "
                "replicas)");
   const int64_t D = n / (K * T);

@@ -6,7 +6,7 @@ namespace fanout::parallel {
 
 std::string describe_grid(const std::vector<Device>& devices, int stages, int tensor) {
   const int n = static_cast<int>(devices.size()), K = stages, T = tensor;
-  FANOUT_CHECK(K >= 1 && T >= 1 && n % (K * T) == 0, "--pp ", K,
+  FANOUT_CHECK(K >= 1 && T >= 1 && n % (int64_t{K} * T) == 0, "--pp ", K,
                T > 1 ? " x --tp " + std::to_string(T) : "", " does not divide the ", n,
                " devices listed");
   const int D = n / (K * T);

@@ -18,7 +18,7 @@ Pipeline::Pipeline(const StageFactory& factory, PipelineOptions options)
   const int n = static_cast<int>(options_.devices.size());
   FANOUT_CHECK(K >= 1, "--pp must be at least 1, got ", K);
   FANOUT_CHECK(T >= 1, "--tp must be at least 1, got ", T);
-  FANOUT_CHECK(n % (K * T) == 0, "--pp ", K, T > 1 ? " x --tp " + std::to_string(T) : "",
+  FANOUT_CHECK(n % (int64_t{K} * T) == 0, "--pp ", K, T > 1 ? " x --tp " + std::to_string(T) : "",
                " does not divide the ", n, " devices listed");
   replicas_ = n / (K * T);
   for (const Device& d : options_.devices) {
