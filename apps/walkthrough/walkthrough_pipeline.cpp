@@ -104,13 +104,7 @@ WalkthroughPipeline walkthrough_pipeline(const WalkthroughOptions& o, const data
                        "each way), not the weights",
                        static_cast<long long>(r.boundary_bytes), static_cast<long long>(o.seq_len),
                        static_cast<long long>(o.config.hidden_size)));
-  const bool same = std::abs(r.loss - dp_loss) <= 1e-5 * std::abs(dp_loss);
-  p.line("loss", strf("%.6f, dp's on the same batch and weights %.6f: %s", r.loss, dp_loss,
-                      same ? "the same model, computed in pieces"
-                           : "they differ (the engine's invariant says they must not)"));
-  std::vector<std::pair<std::string, presentation::DevicePeak>> rows;
-  for (const presentation::DevicePeak& d : r.memory) rows.emplace_back(d.device, d);
-  p.memory_table("memory", 0, rows);
+  p.split_model_end(r.loss, dp_loss, "the same model, computed in pieces", r.memory);
   return r;
 }
 

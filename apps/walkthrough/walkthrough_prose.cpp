@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 
@@ -60,6 +61,17 @@ void Prose::wrap(const std::string& text, size_t column) {
 }
 
 // --- memory tables ------------------------------------------------------------
+
+void Prose::split_model_end(double loss, double dp_loss, const std::string& same,
+                            const std::vector<presentation::DevicePeak>& memory) {
+  const bool equal = std::abs(loss - dp_loss) <= 1e-5 * std::abs(dp_loss);
+  line("loss",
+       strf("%.6f, dp's on the same batch and weights %.6f: %s", loss, dp_loss,
+            equal ? same.c_str() : "they differ (the engine's invariant says they must not)"));
+  std::vector<std::pair<std::string, presentation::DevicePeak>> rows;
+  for (const presentation::DevicePeak& d : memory) rows.emplace_back(d.device, d);
+  memory_table("memory", 0, rows);
+}
 
 const std::vector<MemTag>& memory_table_tags() {
   static const std::vector<MemTag> tags = {MemTag::params,      MemTag::grads, MemTag::optimizer,

@@ -46,6 +46,11 @@ class Prose {
   // under `head` in at least `label_width` columns.
   void memory_table(const std::string& head, size_t label_width,
                     const std::vector<std::pair<std::string, presentation::DevicePeak>>& rows);
+  // A model split over devices, at the end of its section: "loss" against dp's
+  // on the same batch and weights (`same`: what equal losses show), then the
+  // memory each device took.
+  void split_model_end(double loss, double dp_loss, const std::string& same,
+                       const std::vector<presentation::DevicePeak>& memory);
 
  protected:
   static constexpr size_t kWideWidth = 110, kIndent = 13;  // columns, continuation indent

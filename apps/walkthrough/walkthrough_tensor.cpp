@@ -115,13 +115,7 @@ WalkthroughTensor walkthrough_tensor(const WalkthroughOptions& o, const data::To
               static_cast<long long>(r.bytes_moved),
               devices[0] == devices[1] ? " (none: both ranks share one device)" : "", T - 1,
               T == 2 ? "" : "s", static_cast<long long>(r.bytes_expected)));
-  const bool same = std::abs(r.loss - dp_loss) <= 1e-5 * std::abs(dp_loss);
-  p.line("loss", strf("%.6f, dp's on the same batch and weights %.6f: %s", r.loss, dp_loss,
-                      same ? "the same model, each matrix computed in pieces"
-                           : "they differ (the engine's invariant says they must not)"));
-  std::vector<std::pair<std::string, presentation::DevicePeak>> rows;
-  for (const presentation::DevicePeak& d : r.memory) rows.emplace_back(d.device, d);
-  p.memory_table("memory", 0, rows);
+  p.split_model_end(r.loss, dp_loss, "the same model, each matrix computed in pieces", r.memory);
   return r;
 }
 

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tests/apps/fanout/cli_runner.h"
 #include "tests/paths_util.h"
 
 extern char** environ;
@@ -302,6 +303,23 @@ std::vector<std::string> TinyRun::train_args(const std::string& out, int64_t ste
           "constant",
           "--out",
           out};
+}
+
+void check_resume_legs(const TinyRun& run, const std::vector<ResumeLeg>& legs, const Outcome& ref) {
+  const std::vector<float> init = weights_all(run.init);
+  int n = 0;
+  for (const ResumeLeg& leg : legs) {
+    CAPTURE(n);
+    const std::string out = run.dir / ("leg" + std::to_string(n++));
+    CliResult first = run_fanout(concat(run.train_args(out, 3), leg.first));
+    INFO("first leg stderr: " << first.err);
+    REQUIRE(first.rc == 0);
+    CliResult second =
+        run_fanout(concat({"train", "--resume", out + "/final", "--steps", "5"}, leg.second));
+    INFO("resume stderr: " << second.err);
+    REQUIRE(second.rc == 0);
+    check_same(outcome(out, init), ref);
+  }
 }
 
 Outcome outcome(const std::string& out, const std::vector<float>& init) {

@@ -93,27 +93,16 @@ TEST_CASE("train --pp: checkpoints cross between pipelines and dp on one device"
   const std::string straight = run.dir / "straight";
   train_ok(concat(run.train_args(straight, 5), {"--devices", "cpu:0"}));
   const Outcome ref = outcome(straight, init);
-  struct Leg {
-    std::vector<std::string> first, second;
-  };
-  const std::vector<Leg> legs = {
-      {{"--devices", "cpu:0,cpu:1", "--pp", "2"}, {"--devices", "cpu:0"}},
-      {{"--devices", "cpu:0"},
-       {"--devices", "cpu:0,cpu:1,cpu:2", "--pp", "3", "--pp-schedule", "zb1"}},
-      {{"--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--pp", "4", "--pp-schedule", "gpipe"},
-       {"--devices", "cpu:0,cpu:1", "--pp", "2"}},
-  };
-  int n = 0;
-  for (const Leg& leg : legs) {
-    CAPTURE(n);
-    const std::string out = run.dir / ("leg" + std::to_string(n++));
-    train_ok(concat(run.train_args(out, 3), leg.first));
-    CliResult r =
-        run_fanout(concat({"train", "--resume", out + "/final", "--steps", "5"}, leg.second));
-    INFO("resume stderr: " << r.err);
-    REQUIRE(r.rc == 0);
-    check_same(outcome(out, init), ref);
-  }
+  check_resume_legs(
+      run,
+      {
+          {{"--devices", "cpu:0,cpu:1", "--pp", "2"}, {"--devices", "cpu:0"}},
+          {{"--devices", "cpu:0"},
+           {"--devices", "cpu:0,cpu:1,cpu:2", "--pp", "3", "--pp-schedule", "zb1"}},
+          {{"--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--pp", "4", "--pp-schedule", "gpipe"},
+           {"--devices", "cpu:0,cpu:1", "--pp", "2"}},
+      },
+      ref);
 }
 
 TEST_CASE("train --pp --trace: every action on its stage's lane") {

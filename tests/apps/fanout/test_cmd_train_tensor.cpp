@@ -72,29 +72,18 @@ TEST_CASE("train --tp: checkpoints cross from the grid to one device and back") 
   const std::string straight = run.dir / "straight";
   train_ok(concat(run.train_args(straight, 5), {"--devices", "cpu:0"}));
   const Outcome ref = outcome(straight, init);
-  struct Leg {
-    std::vector<std::string> first, second;
-  };
-  const std::vector<Leg> legs = {
-      {{"--devices", "cpu:0,cpu:1", "--tp", "2"}, {"--devices", "cpu:0"}},
-      {{"--devices", "cpu:0,cpu:1", "--tp", "2"}, {"--devices", "cpu:0,cpu:1", "--pp", "2"}},
-      {{"--devices", kEight, "--tp", "2", "--pp", "2", "--strategy", "zero1"},
-       {"--devices", "cpu:0"}},
-      {{"--devices", "cpu:0"}, {"--devices", kEight, "--tp", "2", "--pp", "2"}},
-      {{"--devices", "cpu:0,cpu:1", "--tp", "2", "--sequence-parallel"},
-       {"--devices", "cpu:0,cpu:1", "--tp", "2"}},
-  };
-  int n = 0;
-  for (const Leg& leg : legs) {
-    CAPTURE(n);
-    const std::string out = run.dir / ("leg" + std::to_string(n++));
-    train_ok(concat(run.train_args(out, 3), leg.first));
-    CliResult r =
-        run_fanout(concat({"train", "--resume", out + "/final", "--steps", "5"}, leg.second));
-    INFO("resume stderr: " << r.err);
-    REQUIRE(r.rc == 0);
-    check_same(outcome(out, init), ref);
-  }
+  check_resume_legs(
+      run,
+      {
+          {{"--devices", "cpu:0,cpu:1", "--tp", "2"}, {"--devices", "cpu:0"}},
+          {{"--devices", "cpu:0,cpu:1", "--tp", "2"}, {"--devices", "cpu:0,cpu:1", "--pp", "2"}},
+          {{"--devices", kEight, "--tp", "2", "--pp", "2", "--strategy", "zero1"},
+           {"--devices", "cpu:0"}},
+          {{"--devices", "cpu:0"}, {"--devices", kEight, "--tp", "2", "--pp", "2"}},
+          {{"--devices", "cpu:0,cpu:1", "--tp", "2", "--sequence-parallel"},
+           {"--devices", "cpu:0,cpu:1", "--tp", "2"}},
+      },
+      ref);
 }
 
 TEST_CASE("train --tp --trace: each tensor rank on its own lane") {
