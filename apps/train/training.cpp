@@ -70,6 +70,7 @@ void Training::make_pipeline(const InitialWeights& initial) {
   po.strategy = options_.strategy;
   po.overlap = options_.overlap;
   po.tensor = options_.tensor;
+  po.grad_comm = options_.grad_comm;
   const int T = options_.tensor;
   auto factory = [&](const parallel::StageSpot& at) {
     std::string lane = at.device.str() + " stage " + std::to_string(at.stage);

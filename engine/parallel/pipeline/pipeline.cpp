@@ -89,6 +89,7 @@ Pipeline::Pipeline(const StageFactory& factory, PipelineOptions options)
         std::vector<Device> group;
         for (int d = 0; d < replicas_; ++d) group.push_back(options_.devices[index(s, d, t)]);
         stage_comms_.push_back(make_collectives(group));
+        stage_comms_.back()->set_sum_dtype(options_.grad_comm);
       }
     }
   }

@@ -62,6 +62,9 @@ struct PipelineOptions {
   // Each stage's gradient sum starts as soon as its replicas finish the step's
   // schedule, while the stages before it still run backward.
   bool overlap = false;
+  // The dtype each stage's gradient sums over its replicas travel in (f32, or
+  // bf16 under --grad-comm bf16: Collectives::set_sum_dtype).
+  DType grad_comm = DType::f32;
   // stages + 1 unit indices (balance.h): stage s holds units [cut[s], cut[s+1]).
   std::vector<int> cut;
   // Test hooks, on each stage's host thread before each action: fault_hook

@@ -117,6 +117,7 @@ std::unique_ptr<parallel::Pipeline> make_pipeline(const PipelineSetup& setup,
   o.devices = devices_parse(devices);
   o.stages = setup.stages;
   o.tensor = setup.tensor;
+  o.grad_comm = setup.grad_comm;
   o.micro_batches = setup.micro_batches;
   o.schedule = setup.schedule;
   o.cut = setup.cut;

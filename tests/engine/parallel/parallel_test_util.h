@@ -59,6 +59,7 @@ struct PipelineSetup {
   int stages = 2, replicas = 1, micro_batches = 2;
   int tensor = 1;         // tensor-parallel ranks per stage (devices: replicas x stages x tensor)
   bool sequence = false;  // sequence parallelism among the tensor ranks
+  DType grad_comm = DType::f32;  // the replicas' gradient sums (--grad-comm)
   parallel::PipeSchedule schedule = parallel::PipeSchedule::one_f_one_b;
   std::vector<int> cut;
   bool recompute = false;

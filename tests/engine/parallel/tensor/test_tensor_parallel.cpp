@@ -191,6 +191,28 @@ TEST_CASE("the 2 x 2 x 2 grid (dp x pp x tp) on 8 CPU devices equals one device"
                    kBf16.update);
 }
 
+TEST_CASE("the grid's replicas sum their gradients in bf16 under --grad-comm bf16") {
+  const TestBatch batch = tp_batch();
+  const models::LlamaConfig config = tp_config(4, 2, false);
+  for (parallel::Strategy strategy : {parallel::Strategy::dp, parallel::Strategy::zero1}) {
+    for (int T : {1, 2}) {
+      CAPTURE(parallel::strategy_name(strategy));
+      CAPTURE(T);
+      PipelineSetup setup;
+      setup.replicas = 2, setup.stages = 2, setup.tensor = T, setup.micro_batches = 2;
+      setup.strategy = strategy;
+      const RunResult f32 = run_pipeline(setup, batch, 3, 7, DType::f32, &config);
+      setup.grad_comm = DType::bf16;
+      const RunResult bf16 = run_pipeline(setup, batch, 3, 7, DType::f32, &config);
+      // Each replica's gradients are rounded once before they are summed.
+      const double diff = rel_l2(bf16.first_grads, f32.first_grads);
+      CHECK(diff > 0);
+      CHECK(diff <= 4e-3);
+      check_runs_close(bf16, f32, config, 1e-3, 4e-3, 5e-2);
+    }
+  }
+}
+
 TEST_CASE("tensor parallel: --recompute is bit-identical") {
   const TestBatch batch = tp_batch();
   const models::LlamaConfig config = tp_config(4, 2, false);
