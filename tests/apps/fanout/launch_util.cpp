@@ -305,15 +305,19 @@ std::vector<std::string> TinyRun::train_args(const std::string& out, int64_t ste
           out};
 }
 
+void train_ok(const std::vector<std::string>& args) {
+  CliResult r = run_fanout(args);
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.rc == 0);
+}
+
 void check_resume_legs(const TinyRun& run, const std::vector<ResumeLeg>& legs, const Outcome& ref) {
   const std::vector<float> init = weights_all(run.init);
   int n = 0;
   for (const ResumeLeg& leg : legs) {
     CAPTURE(n);
     const std::string out = run.dir / ("leg" + std::to_string(n++));
-    CliResult first = run_fanout(concat(run.train_args(out, 3), leg.first));
-    INFO("first leg stderr: " << first.err);
-    REQUIRE(first.rc == 0);
+    train_ok(concat(run.train_args(out, 3), leg.first));
     CliResult second =
         run_fanout(concat({"train", "--resume", out + "/final", "--steps", "5"}, leg.second));
     INFO("resume stderr: " << second.err);

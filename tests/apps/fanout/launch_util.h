@@ -124,6 +124,9 @@ void check_same(const Outcome& got, const Outcome& ref, double loss_tol = 1e-5,
 // `--resume final --steps 5` under `second`'s; what it trained equals `ref`
 // (an uninterrupted 5-step run from run.init). One leg per entry, each in its
 // own directory under run.dir.
+// `fanout <args>` exits with 0 (REQUIRE, its output in the message otherwise).
+void train_ok(const std::vector<std::string>& args);
+
 struct ResumeLeg {
   std::vector<std::string> first, second;
 };

@@ -16,16 +16,6 @@ using namespace fanout;
 using namespace fanout::test;
 using namespace fanout::test::ddp;
 
-namespace {
-
-void train_ok(const std::vector<std::string>& args) {
-  CliResult r = run_fanout(args);
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  REQUIRE(r.rc == 0);
-}
-
-}  // namespace
-
 TEST_CASE(
     "train --pp: every schedule on 2, 3 and 4 stages, and 2 stages x 2 replicas (dp, zero1, "
     "overlap)") {

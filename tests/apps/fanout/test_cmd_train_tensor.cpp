@@ -19,12 +19,6 @@ using namespace fanout::test::ddp;
 
 namespace {
 
-void train_ok(const std::vector<std::string>& args) {
-  CliResult r = run_fanout(args);
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  REQUIRE(r.rc == 0);
-}
-
 const std::string kEight = "cpu:0,cpu:1,cpu:2,cpu:3,cpu:4,cpu:5,cpu:6,cpu:7";
 
 }  // namespace
