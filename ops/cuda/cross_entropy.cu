@@ -52,8 +52,8 @@ __global__ void cross_entropy_row_loss(double* loss, const float* logits, const 
 }
 
 // One block: stats = {sum of loss (double, fixed order), count of non-ignored rows}.
-__global__ void cross_entropy_sum_rows(float* stats, const double* loss, const int32_t* targets,
-                                       int64_t N, int32_t ignore_index) {
+__global__ void sum_rows_kernel(float* stats, const double* loss, const int32_t* targets, int64_t N,
+                                int32_t ignore_index) {
   double sum = 0.0;
   long long count = 0;
   for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
@@ -192,6 +192,14 @@ int row_blocks(int64_t N) {
 
 // ---
 
+void cross_entropy_sum_rows(void* stream, float* stats, const double* loss, const int32_t* targets,
+                            int64_t N, int32_t ignore_index) {
+  BoundStream s(stream);
+  sum_rows_kernel<<<1, kSumBlock, 0, s>>>(stats, loss, targets, std::max<int64_t>(N, 0),
+                                          ignore_index);
+  FANOUT_CUDA_LAUNCH_CHECK();
+}
+
 void cross_entropy_forward_f32(void* stream, float* stats, const float* logits,
                                const int32_t* targets, int64_t N, int64_t V, int32_t ignore_index) {
   BoundStream s(stream);
@@ -201,9 +209,7 @@ void cross_entropy_forward_f32(void* stream, float* stats, const float* logits,
                                                             V, ignore_index);
     FANOUT_CUDA_LAUNCH_CHECK();
   }
-  cross_entropy_sum_rows<<<1, kSumBlock, 0, s>>>(stats, loss.as<double>(), targets,
-                                                 std::max<int64_t>(N, 0), ignore_index);
-  FANOUT_CUDA_LAUNCH_CHECK();
+  cross_entropy_sum_rows(stream, stats, loss.as<double>(), targets, N, ignore_index);
 }
 
 void cross_entropy_backward_f32(void* stream, float* dlogits, const float* logits,
@@ -236,9 +242,7 @@ void cross_entropy_fused_forward(void* stream, float* stats, float* lse, const u
                                                     ld, ignore_index);
     FANOUT_CUDA_LAUNCH_CHECK();
   }
-  cross_entropy_sum_rows<<<1, kSumBlock, 0, s>>>(stats, loss.as<double>(), targets,
-                                                 std::max<int64_t>(N, 0), ignore_index);
-  FANOUT_CUDA_LAUNCH_CHECK();
+  cross_entropy_sum_rows(stream, stats, loss.as<double>(), targets, N, ignore_index);
 }
 
 void cross_entropy_fused_backward(void* stream, uint16_t* logits, const float* lse,

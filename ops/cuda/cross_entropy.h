@@ -9,6 +9,12 @@
 
 namespace fanout::ops::cuda {
 
+// stats (2) = {sum of loss (N), rows whose target is not ignore_index}, overwritten,
+// in a fixed order (deterministic): the last step of every forward below, and of
+// the vocabulary-parallel loss (cross_entropy_parallel.h).
+void cross_entropy_sum_rows(void* stream, float* stats, const double* loss, const int32_t* targets,
+                            int64_t N, int32_t ignore_index);
+
 // stats (2) = {loss sum, counted rows}, overwritten; deterministic (fixed-order sums).
 void cross_entropy_forward_f32(void* stream, float* stats, const float* logits,
                                const int32_t* targets, int64_t N, int64_t V, int32_t ignore_index);

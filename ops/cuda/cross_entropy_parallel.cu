@@ -12,6 +12,7 @@
 
 #include "engine/core/bf16.cuh"
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/cross_entropy.h"
 #include "ops/cuda/cross_entropy_parallel.h"
 #include "ops/cuda/elementwise.cuh"
 
@@ -20,7 +21,6 @@ namespace fanout::ops::cuda {
 namespace {
 
 constexpr int kMaxRowBlocks = 1 << 16;
-constexpr int kSumBlock = 1024;  // the final reduction's single block
 
 // part[3n..3n+2] = {max, sum exp(x - max), target logit or 0} of the row's cols
 // logits; {-inf, 0, 0} when cols == 0 (no element: the reductions' identities).
@@ -75,23 +75,6 @@ __global__ void shard_combine_rows(double* loss, float* lse, const float* parts,
     const double l = M + log(z);
     lse[n] = static_cast<float>(l);
     loss[n] = l - target_logit;
-  }
-}
-
-// One block: stats = {sum of loss (double, fixed order), count of non-ignored rows}.
-__global__ void shard_sum_rows(float* stats, const double* loss, const int32_t* targets, int64_t N,
-                               int32_t ignore_index) {
-  double sum = 0.0;
-  long long count = 0;
-  for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
-    sum += loss[n];
-    count += targets[n] != ignore_index;
-  }
-  sum = block_sum(sum);
-  count = block_sum(count);
-  if (threadIdx.x == 0) {
-    stats[0] = static_cast<float>(sum);
-    stats[1] = static_cast<float>(count);
   }
 }
 
@@ -169,9 +152,7 @@ void cross_entropy_shard_combine(void* stream, float* stats, float* lse, const f
                                                       ignore_index);
     FANOUT_CUDA_LAUNCH_CHECK();
   }
-  shard_sum_rows<<<1, kSumBlock, 0, s>>>(stats, loss.as<double>(), targets, std::max<int64_t>(N, 0),
-                                         ignore_index);
-  FANOUT_CUDA_LAUNCH_CHECK();
+  cross_entropy_sum_rows(stream, stats, loss.as<double>(), targets, N, ignore_index);
 }
 
 void cross_entropy_shard_backward_f32(void* stream, float* dlogits, const float* logits,
