@@ -9,33 +9,40 @@
 
 namespace fanout::ops {
 
-void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, const Tensor& table,
-                       int64_t N, int64_t C, int64_t V) {
-  const char* op = "embedding_forward";
+namespace {
+
+// out = table rows [row0, row0 + rows) looked up, zeros for other ids: both
+// forwards (the whole table is rows [0, V)), `op` and `table_name` naming them.
+void forward_rows(const char* op, const char* table_name, Stream& stream, const Tensor& out,
+                  const Tensor& ids, const Tensor& table, int64_t N, int64_t C, int64_t V,
+                  int64_t row0, int64_t rows) {
   OpScope scope(stream, OpClass::elementwise, op);
+  FANOUT_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= V, op, ": rows [", row0, ", ", row0 + rows,
+                ") of ", V);
   check_arg(op, "out", stream, out, DType::f32, N * C);
   check_arg(op, "ids", stream, ids, DType::i32, N);
   // A bf16 table is read into the f32 residual stream (exact).
-  const DType table_t = check_arg_any(op, "table", stream, table, {DType::f32, DType::bf16}, V * C);
+  const DType table_t =
+      check_arg_any(op, table_name, stream, table, {DType::f32, DType::bf16}, rows * C);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {
         if (table_t == DType::f32)
-          cpu::embedding_forward(out.data<float>(), ids.data<int32_t>(), table.data<float>(), N, C,
-                                 V);
+          cpu::embedding_forward_rows(out.data<float>(), ids.data<int32_t>(), table.data<float>(),
+                                      N, C, V, row0, rows);
         else
-          cpu::embedding_forward(out.data<float>(), ids.data<int32_t>(), table.data<cpu::bf16>(), N,
-                                 C, V);
+          cpu::embedding_forward_rows(out.data<float>(), ids.data<int32_t>(),
+                                      table.data<cpu::bf16>(), N, C, V, row0, rows);
       });
       return;
     case DeviceKind::cuda:
 #ifdef FANOUT_HAS_CUDA
       if (table_t == DType::f32)
-        cuda::embedding_forward(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
-                                table.data<float>(), N, C, V);
+        cuda::embedding_forward_rows(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
+                                     table.data<float>(), N, C, V, row0, rows);
       else
-        cuda::embedding_forward(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
-                                table.data<uint16_t>(), N, C, V);
+        cuda::embedding_forward_rows(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
+                                     table.data<uint16_t>(), N, C, V, row0, rows);
       return;
 #else
       no_cuda_backend(op);
@@ -43,41 +50,18 @@ void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, con
   }
 }
 
+}  // namespace
+
+void embedding_forward(Stream& stream, const Tensor& out, const Tensor& ids, const Tensor& table,
+                       int64_t N, int64_t C, int64_t V) {
+  forward_rows("embedding_forward", "table", stream, out, ids, table, N, C, V, 0, V);
+}
+
 void embedding_forward_rows(Stream& stream, const Tensor& out, const Tensor& ids,
                             const Tensor& table_rows, int64_t N, int64_t C, int64_t V, int64_t row0,
                             int64_t rows) {
-  const char* op = "embedding_forward_rows";
-  OpScope scope(stream, OpClass::elementwise, op);
-  FANOUT_ASSERT(row0 >= 0 && rows >= 0 && row0 + rows <= V, op, ": rows [", row0, ", ", row0 + rows,
-                ") of ", V);
-  check_arg(op, "out", stream, out, DType::f32, N * C);
-  check_arg(op, "ids", stream, ids, DType::i32, N);
-  const DType table_t =
-      check_arg_any(op, "table_rows", stream, table_rows, {DType::f32, DType::bf16}, rows * C);
-  switch (stream.device().kind) {
-    case DeviceKind::cpu:
-      stream.enqueue([=] {
-        if (table_t == DType::f32)
-          cpu::embedding_forward_rows(out.data<float>(), ids.data<int32_t>(),
-                                      table_rows.data<float>(), N, C, V, row0, rows);
-        else
-          cpu::embedding_forward_rows(out.data<float>(), ids.data<int32_t>(),
-                                      table_rows.data<cpu::bf16>(), N, C, V, row0, rows);
-      });
-      return;
-    case DeviceKind::cuda:
-#ifdef FANOUT_HAS_CUDA
-      if (table_t == DType::f32)
-        cuda::embedding_forward_rows(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
-                                     table_rows.data<float>(), N, C, V, row0, rows);
-      else
-        cuda::embedding_forward_rows(stream.cuda_handle(), out.data<float>(), ids.data<int32_t>(),
-                                     table_rows.data<uint16_t>(), N, C, V, row0, rows);
-      return;
-#else
-      no_cuda_backend(op);
-#endif
-  }
+  forward_rows("embedding_forward_rows", "table_rows", stream, out, ids, table_rows, N, C, V, row0,
+               rows);
 }
 
 void embedding_backward(Stream& stream, const Tensor& dtable, const Tensor& dout, const Tensor& ids,

@@ -71,16 +71,6 @@ void embedding_forward_rows(void* stream, float* out, const int32_t* ids, const 
   FANOUT_CUDA_LAUNCH_CHECK();
 }
 
-template <typename Table>
-void embedding_forward(void* stream, float* out, const int32_t* ids, const Table* table, int64_t N,
-                       int64_t C, int64_t V) {
-  embedding_forward_rows(stream, out, ids, table, N, C, V, 0, V);  // the whole table
-}
-
-template void embedding_forward<float>(void*, float*, const int32_t*, const float*, int64_t,
-                                       int64_t, int64_t);
-template void embedding_forward<uint16_t>(void*, float*, const int32_t*, const uint16_t*, int64_t,
-                                          int64_t, int64_t);
 template void embedding_forward_rows<float>(void*, float*, const int32_t*, const float*, int64_t,
                                             int64_t, int64_t, int64_t, int64_t);
 template void embedding_forward_rows<uint16_t>(void*, float*, const int32_t*, const uint16_t*,

@@ -10,13 +10,10 @@
 
 namespace fanout::ops::cuda {
 
-// out (N, C) = table (V, C)[ids (N)]; Table float (f32) or uint16_t (bf16 bits,
-// widened exactly).
-template <typename Table>
-void embedding_forward(void* stream, float* out, const int32_t* ids, const Table* table, int64_t N,
-                       int64_t C, int64_t V);
-// Rows [row0, row0 + rows) of the table alone: an id in [0, V) outside them gives
-// a row of zeros (another shard's row), one outside [0, V) a row of NaN as above.
+// out (N, C) = table rows [row0, row0 + rows)[ids (N)] (the whole table: rows
+// [0, V)); Table float (f32) or uint16_t (bf16 bits, widened exactly). An id in
+// [0, V) outside the rows gives a row of zeros (another shard's row), one outside
+// [0, V) a row of NaN as above.
 template <typename Table>
 void embedding_forward_rows(void* stream, float* out, const int32_t* ids, const Table* table_rows,
                             int64_t N, int64_t C, int64_t V, int64_t row0, int64_t rows);
