@@ -53,13 +53,17 @@ Training::Training(TrainingOptions options, const InitialWeights& initial)
     p.compute_stream().synchronize();
     dp_->params_changed();
   }
-  opt_ = std::make_unique<Optimizer>(*dp_, decay_runs(layout_), options_.adam);
+  opt_ = std::make_unique<Optimizer>(*dp_, decay_runs(layout_), options_.adam,
+                                     OptimizerOffload{options_.offload_optimizer});
 }
 
 // The stages of a pipeline: replica d's stage s, tensor rank t on
 // devices[(d * stages + s) * tensor + t], its compute stream's trace lane named
 // for all three.
 void Training::make_pipeline(const InitialWeights& initial) {
+  FANOUT_CHECK(!options_.offload_optimizer,
+               "--offload optimizer works with --strategy dp, zero1, zero2 and zero3; not with "
+               "--pp or --tp");
   FANOUT_ASSERT(!initial.load && !options_.group, "a pipeline loads whole weights, in one process");
   parallel::PipelineOptions po;
   po.devices = options_.devices;

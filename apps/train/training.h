@@ -46,6 +46,9 @@ struct TrainingOptions {
   ops::AdamWConfig adam;
   // Note [Recompute] in models/llama_model_backward.cpp.
   bool recompute = false;
+  // AdamW's master weights and state in host memory, the update on host threads
+  // (Note [Optimizer offload], apps/train/optimizer.cpp); not with a pipeline.
+  bool offload_optimizer = false;
   // Pipeline parallelism, when a cut is given (stages + 1 unit bounds,
   // engine/parallel/pipeline/balance.h; one stage is a pipeline too): the
   // devices are replicas x stages (x tensor ranks), replica-major.

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <utility>
 
 #include "engine/core/check.h"
 #include "engine/core/cuda_runtime.h"
@@ -18,16 +19,28 @@ namespace {
 
 constexpr size_t kCpuAlignment = 64;
 
+void* host_aligned_alloc(size_t bytes) {
+  if (bytes > SIZE_MAX - kCpuAlignment) return nullptr;  // no such memory anywhere
+  size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+  return std::aligned_alloc(kCpuAlignment, rounded == 0 ? kCpuAlignment : rounded);
+}
+
 class CpuAllocator final : public Allocator {
  public:
   using Allocator::Allocator;
 
  protected:
-  void* raw_allocate(size_t bytes) override {
-    if (bytes > SIZE_MAX - kCpuAlignment) return nullptr;  // no such memory anywhere
-    size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
-    return std::aligned_alloc(kCpuAlignment, rounded == 0 ? kCpuAlignment : rounded);
-  }
+  void* raw_allocate(size_t bytes) override { return host_aligned_alloc(bytes); }
+  void raw_deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
+};
+
+// host_allocator(): the same memory as a CPU device's, under its own accounting.
+class HostAllocator final : public Allocator {
+ public:
+  HostAllocator() : Allocator("the host") {}
+
+ protected:
+  void* raw_allocate(size_t bytes) override { return host_aligned_alloc(bytes); }
   void raw_deallocate(void* ptr, size_t) noexcept override { std::free(ptr); }
 };
 
@@ -101,23 +114,25 @@ namespace {
 // activations with 506.3 MiB live needs 518.3 MiB". Sizes that round to the same
 // text as the capacity are given in bytes, so the line never reads "1.0 MiB
 // needs 1.0 MiB".
-[[noreturn]] void throw_over_capacity(Device device, MemTag tag, size_t bytes, size_t live,
+// The host allocator has no flag: its capacity reads "(capacity 512.0 MiB)".
+[[noreturn]] void throw_over_capacity(const Allocator& a, MemTag tag, size_t bytes, size_t live,
                                       size_t capacity) {
   const bool overflow = bytes > SIZE_MAX - live;
   const size_t need = overflow ? SIZE_MAX : live + bytes;
   const bool exact = bytes_str(need) == bytes_str(capacity);
   auto size = [&](size_t b) { return exact ? std::to_string(b) + " B" : bytes_str(b); };
-  detail::throw_error(detail::str_cat("out of memory on ", device.str(), " (--device-memory ",
-                                      size(capacity), "): allocating ", size(bytes), " of ",
-                                      mem_tag_name(tag), " with ", size(live), " live needs ",
+  const char* flag = a.device().is_bare() ? " (capacity " : " (--device-memory ";
+  detail::throw_error(detail::str_cat("out of memory on ", a.name(), flag, size(capacity),
+                                      "): allocating ", size(bytes), " of ", mem_tag_name(tag),
+                                      " with ", size(live), " live needs ",
                                       overflow ? std::string("more than 16 EiB") : size(need)));
 }
 
-[[noreturn]] void throw_exhausted(Device device, MemTag tag, size_t bytes, size_t live) {
+[[noreturn]] void throw_exhausted(const Allocator& a, MemTag tag, size_t bytes, size_t live) {
   detail::throw_error(
-      detail::str_cat("out of memory on ", device.str(), ": allocating ", bytes_str(bytes), " of ",
+      detail::str_cat("out of memory on ", a.name(), ": allocating ", bytes_str(bytes), " of ",
                       mem_tag_name(tag), " with ", bytes_str(live), " live failed (the ",
-                      device.is_cpu() ? "machine" : "device", " has no more free memory)"));
+                      a.device().is_cpu() ? "machine" : "device", " has no more free memory)"));
 }
 
 }  // namespace
@@ -138,8 +153,8 @@ void* Allocator::allocate(size_t bytes, MemTag tag) {
     const size_t cap = capacity_.load();
     live = total_.live.load();
     if (cap != 0 && (bytes > cap || live > cap - bytes))
-      throw_over_capacity(device_, tag, bytes, live, cap);
-    if (bytes > SIZE_MAX - live) throw_exhausted(device_, tag, bytes, live);
+      throw_over_capacity(*this, tag, bytes, live, cap);
+    if (bytes > SIZE_MAX - live) throw_exhausted(*this, tag, bytes, live);
     total_.live.fetch_add(bytes);
     kind.live.fetch_add(bytes);
   }
@@ -154,7 +169,7 @@ void* Allocator::allocate(size_t bytes, MemTag tag) {
   } catch (const Error& e) {
     give_back();
     detail::throw_error(detail::str_cat("allocating ", bytes_str(bytes), " of ", mem_tag_name(tag),
-                                        " on ", device_.str(), " with ", bytes_str(live),
+                                        " on ", name_, " with ", bytes_str(live),
                                         " live failed: ", e.what()));
   } catch (...) {
     give_back();
@@ -162,7 +177,7 @@ void* Allocator::allocate(size_t bytes, MemTag tag) {
   }
   if (p == nullptr) {
     give_back();
-    throw_exhausted(device_, tag, bytes, live);
+    throw_exhausted(*this, tag, bytes, live);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -214,6 +229,50 @@ Allocator& allocator_for(Device device) {
   }
   return *it->second;
 }
+
+Allocator& host_allocator() {
+  static auto* host = new HostAllocator();
+  return *host;
+}
+
+// --- HostBuffer -------------------------------------------------------------
+
+HostBuffer::HostBuffer(int64_t count, MemTag tag) : count_(count), tag_(tag) {
+  FANOUT_ASSERT(count >= 0, "a host buffer of ", count, " floats");
+  if (count == 0) return;
+  // More floats than size_t bytes can count: refused as the out of memory it is.
+  const bool fits = static_cast<uint64_t>(count) <= SIZE_MAX / sizeof(float);
+  const size_t bytes = fits ? static_cast<size_t>(count) * sizeof(float) : SIZE_MAX;
+  data_ = static_cast<float*>(host_allocator().allocate(bytes, tag));
+}
+
+HostBuffer::~HostBuffer() {
+  release();
+}
+
+HostBuffer::HostBuffer(HostBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      count_(std::exchange(other.count_, 0)),
+      tag_(other.tag_) {}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    count_ = std::exchange(other.count_, 0);
+    tag_ = other.tag_;
+  }
+  return *this;
+}
+
+void HostBuffer::release() noexcept {
+  if (data_ != nullptr)
+    host_allocator().deallocate(data_, static_cast<size_t>(count_) * sizeof(float), tag_);
+  data_ = nullptr;
+  count_ = 0;
+}
+
+// ---
 
 std::string bytes_str(size_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -6,12 +6,16 @@
 // (Note [CUDA allocation ordering], allocator.cpp).
 // An optional capacity caps a device's live bytes (a CPU device standing for a GPU
 // of that size: `--device-memory`); going past it throws fanout::Error.
+// host_allocator(): host memory that belongs to no device (an offloaded optimizer),
+// counted apart from every device's; HostBuffer holds floats of it.
 
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "engine/core/device.h"
 
@@ -34,7 +38,7 @@ struct AllocatorStats {
 
 class Allocator {
  public:
-  explicit Allocator(Device device) : device_(device) {}
+  explicit Allocator(Device device) : device_(device), name_(device.str()) {}
   virtual ~Allocator() = default;
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
@@ -51,12 +55,17 @@ class Allocator {
   void set_capacity(size_t bytes) { capacity_.store(bytes); }
   size_t capacity() const { return capacity_.load(); }
 
+  // A bare `cpu` for host_allocator(), which serves no device.
   Device device() const { return device_; }
+  // What its errors call it: "cpu:1", "cuda:0", "the host".
+  const std::string& name() const { return name_; }
   AllocatorStats stats() const;
   // Peak := live, for every tag (to measure one phase).
   void reset_peak();
 
  protected:
+  // Host memory of no device (host_allocator()), called `name` in its errors.
+  explicit Allocator(std::string name) : device_{DeviceKind::cpu, -1}, name_(std::move(name)) {}
   // nullptr when the memory is exhausted; throws for any other failure.
   virtual void* raw_allocate(size_t bytes) = 0;
   virtual void raw_deallocate(void* ptr, size_t bytes) noexcept = 0;
@@ -68,6 +77,7 @@ class Allocator {
     void sub(size_t bytes) { live.fetch_sub(bytes); }
   };
   Device device_;
+  std::string name_;
   Counter total_;
   std::array<Counter, kNumMemTags> tags_;
   std::atomic<size_t> num_allocs_{0};
@@ -77,6 +87,34 @@ class Allocator {
 
 // The process-wide allocator of `device` (created on first use, never destroyed).
 Allocator& allocator_for(Device device);
+
+// The process-wide allocator of host memory that belongs to no device (the
+// offloaded optimizer: Note [Optimizer offload], apps/train/optimizer.cpp):
+// 64-byte aligned like a cpu:N device's, counted by none of them; its errors
+// say "on the host". Created on first use, never destroyed.
+Allocator& host_allocator();
+
+// `count` floats of host_allocator() memory under `tag` (uninitialised; none
+// for 0), given back on destruction. Movable, not copyable.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(int64_t count, MemTag tag);
+  ~HostBuffer();
+  HostBuffer(HostBuffer&& other) noexcept;
+  HostBuffer& operator=(HostBuffer&& other) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  float* data() const { return data_; }
+  int64_t count() const { return count_; }
+
+ private:
+  void release() noexcept;
+  float* data_ = nullptr;
+  int64_t count_ = 0;
+  MemTag tag_ = MemTag::other;
+};
 
 // "12.3 MiB"
 std::string bytes_str(size_t bytes);

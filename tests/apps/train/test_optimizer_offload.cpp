@@ -1,0 +1,316 @@
+// --offload optimizer (Note [Optimizer offload], apps/train/optimizer.cpp): the
+// same bits as AdamW on the devices under dp and zero1-3 on 2 and 3 CPU devices,
+// in fp32 and bf16, with shards in one chunk or many, in one process or across
+// processes (ranks as threads); the state in host memory and none of it on the
+// devices; a checkpoint's state resumed across offload on and off; a pipeline
+// refused.
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/train/training.h"
+#include "engine/core/allocator.h"
+#include "tests/apps/fanout/cli_runner.h"
+#include "tests/engine/distributed/rendezvous_test_util.h"
+
+using namespace fanout;
+using fanout::test::error_of;
+using fanout::test::has;
+using parallel::Strategy;
+namespace rdzv = fanout::test::rdzv;
+
+namespace {
+
+models::LlamaConfig tiny_config() {
+  models::LlamaConfig c;
+  c.vocab_size = 64, c.hidden_size = 32, c.intermediate_size = 64, c.num_hidden_layers = 2;
+  c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 8;
+  c.max_position_embeddings = 32;
+  c.validate("tiny_config");
+  return c;
+}
+
+// 6 rows of 16 tokens, targets the next token; the last 3 of row 1 ignored.
+struct Batch {
+  static constexpr int64_t B = 6, T = 16;
+  std::vector<int32_t> inputs, targets;
+  int64_t counted = 0;
+  Batch() {
+    for (int64_t i = 0; i < B * T; ++i) {
+      inputs.push_back(static_cast<int32_t>((i * 7 + 3) % 64));
+      const bool ignored = i / T == 1 && i % T >= T - 3;
+      targets.push_back(ignored ? models::kIgnoreIndex : static_cast<int32_t>((i * 7 + 10) % 64));
+      counted += !ignored;
+    }
+  }
+  parallel::HostBatch host() const { return {B, T, inputs.data(), targets.data()}; }
+};
+
+struct Run {
+  Strategy strategy = Strategy::dp;
+  int devices = 2;
+  DType working = DType::f32;
+  bool offload = false;
+};
+
+const Strategy kStrategies[] = {Strategy::dp, Strategy::zero1, Strategy::zero2, Strategy::zero3};
+
+train::TrainingOptions options_for(const Run& r) {
+  train::TrainingOptions o;
+  o.config = tiny_config();
+  for (int i = 0; i < r.devices; ++i) o.devices.push_back(cpu_device(i));
+  o.strategy = r.strategy;
+  o.working = r.working;
+  o.offload_optimizer = r.offload;
+  o.adam.lr = 1e-2f;
+  o.adam.weight_decay = 0.1f;  // decayed and undecayed runs differ
+  return o;
+}
+
+std::unique_ptr<train::Training> make_training(const Run& r, const float* values = nullptr) {
+  train::InitialWeights w;
+  w.seed = 5;
+  w.values = values;
+  return std::make_unique<train::Training>(options_for(r), w);
+}
+
+// Forward, backward and the reduction; the optimizer is the caller's.
+void gradients(train::Training& t, const Batch& b) {
+  t.forward_backward(b.host(), static_cast<double>(b.counted));
+  t.reduce_gradients();
+}
+
+double train_step(train::Training& t, const Batch& b, int64_t step) {
+  gradients(t, b);
+  return t.optimizer_step(step, 1e-2f, 1.0);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+struct State {
+  std::vector<float> m, v;
+};
+State state_of(train::Optimizer& opt) {
+  State s;
+  opt.state_to_host(s.m, s.v);
+  return s;
+}
+
+// Bytes of `tag` live on `a`.
+size_t live(Allocator& a, MemTag tag) {
+  return a.stats().tag(tag).live;
+}
+
+}  // namespace
+
+TEST_CASE("offloaded AdamW gives the bits of AdamW on the devices (dp, zero1-3, fp32 and bf16)") {
+  const Batch batch;
+  for (DType working : {DType::f32, DType::bf16}) {
+    for (Strategy strategy : kStrategies) {
+      for (int n : {2, 3}) {
+        CAPTURE(std::string(dtype_name(working)));
+        CAPTURE(std::string(strategy_name(strategy)));
+        CAPTURE(n);
+        auto ref = make_training({strategy, n, working, false});
+        auto off = make_training({strategy, n, working, true});
+        CHECK(off->optimizer().offloaded());
+        // (Not params_to_host: under zero1/zero2 in bf16 it would gather replicas'
+        // masters that the first forward has yet to bring up to date.)
+        const std::vector<float> init = models::LlamaModel::random_params(tiny_config(), 5);
+        for (int64_t step = 1; step <= 3; ++step) {
+          CAPTURE(step);
+          const double norm_ref = train_step(*ref, batch, step);
+          const double norm_off = train_step(*off, batch, step);
+          CHECK(norm_ref > 0);
+          CHECK(norm_off == norm_ref);
+          const std::vector<float> p = ref->params_to_host();
+          CHECK_FALSE(same_bits(p, init));  // the step moved the weights
+          CHECK(same_bits(off->params_to_host(), p));
+        }
+        const State s_ref = state_of(ref->optimizer()), s_off = state_of(off->optimizer());
+        CHECK(same_bits(s_off.m, s_ref.m));
+        CHECK(same_bits(s_off.v, s_ref.v));
+        CHECK_FALSE(same_bits(s_ref.v, std::vector<float>(s_ref.v.size(), 0.0f)));
+      }
+    }
+  }
+}
+
+TEST_CASE("offloaded AdamW across processes gives the same weights and gathered state") {
+  const Batch batch;
+  const int W = 2;
+  rdzv::Job job(W, W);
+  std::vector<std::unique_ptr<distributed::ProcessGroup>> groups = rdzv::gloo_groups(job, 30);
+  for (Strategy strategy : kStrategies) {
+    CAPTURE(std::string(strategy_name(strategy)));
+    struct Result {
+      double norm = 0;
+      std::vector<float> params;
+      State state;
+    };
+    std::vector<Result> res(2 * W);  // [offload * W + rank]
+    for (bool offload : {false, true}) {
+      rdzv::on_every_rank(W, [&](int r) {
+        train::TrainingOptions o = options_for({strategy, 1, DType::f32, offload});
+        o.devices = {cpu_device(r)};
+        o.group = groups[r].get();
+        train::InitialWeights w;
+        w.seed = 5;
+        train::Training t(o, w);
+        Result& out = res[offload * W + r];
+        for (int64_t step = 1; step <= 2; ++step) out.norm = train_step(t, batch, step);
+        out.params = t.params_to_host();
+        out.state = state_of(t.optimizer());  // sharded: every rank takes part
+      });
+    }
+    for (int r = 0; r < W; ++r) {
+      CAPTURE(r);
+      const Result &ref = res[r], &off = res[W + r];
+      CHECK(ref.norm > 0);
+      CHECK(off.norm == ref.norm);
+      CHECK(same_bits(off.params, ref.params));
+      CHECK(same_bits(off.state.m, ref.state.m));
+      CHECK(same_bits(off.state.v, ref.state.v));
+      CHECK(same_bits(off.state.v, res[W].state.v));  // every rank has it whole
+    }
+  }
+}
+
+TEST_CASE("an offloaded shard updated in many chunks gives the same bits") {
+  const Batch batch;
+  for (DType working : {DType::f32, DType::bf16}) {
+    for (Strategy strategy : kStrategies) {
+      CAPTURE(std::string(dtype_name(working)));
+      CAPTURE(std::string(strategy_name(strategy)));
+      auto ref = make_training({strategy, 3, working, false});
+      // The same engine under an offloaded optimizer of 777-element chunks (the
+      // shards hold a few hundred to 23k elements: one chunk, or many with a short last).
+      auto eng = make_training({strategy, 3, working, false});
+      train::Optimizer off(eng->engine(), train::decay_runs(eng->layout()), eng->options().adam,
+                           train::OptimizerOffload{true, 777});
+      for (int64_t step = 1; step <= 2; ++step) {
+        CAPTURE(step);
+        const double norm_ref = train_step(*ref, batch, step);
+        gradients(*eng, batch);
+        CHECK(off.step(step, 1e-2f, 1.0) == norm_ref);
+        CHECK(same_bits(eng->params_to_host(), ref->params_to_host()));
+      }
+      const State s_ref = state_of(ref->optimizer()), s_off = state_of(off);
+      CHECK(same_bits(s_off.m, s_ref.m));
+      CHECK(same_bits(s_off.v, s_ref.v));
+    }
+  }
+}
+
+TEST_CASE("offloaded AdamW state lives in host memory, none of it on the devices") {
+  const Batch batch;
+  const int n = 2;
+  for (Strategy strategy : kStrategies) {
+    for (bool offload : {false, true}) {
+      CAPTURE(std::string(strategy_name(strategy)));
+      CAPTURE(offload);
+      Allocator& host = host_allocator();
+      const size_t host_opt0 = live(host, MemTag::optimizer);
+      const size_t host_params0 = live(host, MemTag::params);
+      const size_t host_grads0 = live(host, MemTag::grads);
+      std::vector<size_t> dev_opt0;
+      for (int i = 0; i < n; ++i)
+        dev_opt0.push_back(live(allocator_for(cpu_device(i)), MemTag::optimizer));
+      {
+        auto t = make_training({strategy, n, DType::f32, offload});
+        const int64_t P = t->layout().total();
+        const size_t state_bytes = 2 * sizeof(float) * static_cast<size_t>(P);
+        // Lazy: nothing before the first step (Note [Lazy optimizer state]).
+        CHECK(live(host, MemTag::optimizer) == host_opt0);
+        train_step(*t, batch, 1);
+        // Per device: the elements of its shards and their number (one norm
+        // scratch float each).
+        std::vector<size_t> elems(n, 0), shards(n, 0);
+        for (const parallel::DataParallel::Shard& sh : t->engine().shards()) {
+          elems[sh.replica] += static_cast<size_t>(sh.end - sh.begin);
+          shards[sh.replica] += 1;
+        }
+        size_t on_devices = 0;
+        for (int i = 0; i < n; ++i) {
+          CAPTURE(i);
+          const size_t got = live(allocator_for(cpu_device(i)), MemTag::optimizer) - dev_opt0[i];
+          const size_t norms = sizeof(float) * shards[i];
+          CHECK(got == (offload ? norms : norms + 2 * sizeof(float) * elems[i]));
+          on_devices += got;
+        }
+        CHECK(on_devices >= (offload ? 0 : state_bytes));
+        if (offload) {
+          CHECK(live(host, MemTag::optimizer) - host_opt0 == state_bytes);
+          CHECK(live(host, MemTag::params) - host_params0 == sizeof(float) * P);
+          CHECK(live(host, MemTag::grads) - host_grads0 == sizeof(float) * P);
+        } else {
+          CHECK(live(host, MemTag::optimizer) == host_opt0);
+          CHECK(live(host, MemTag::params) == host_params0);
+        }
+      }
+      // All given back with the run.
+      CHECK(live(host, MemTag::optimizer) == host_opt0);
+      CHECK(live(host, MemTag::params) == host_params0);
+      CHECK(live(host, MemTag::grads) == host_grads0);
+    }
+  }
+}
+
+TEST_CASE("a checkpoint's AdamW state resumes with offload on or off, to the same bits") {
+  const Batch batch;
+  for (Strategy strategy : {Strategy::dp, Strategy::zero1, Strategy::zero3}) {
+    for (bool saved_offloaded : {false, true}) {
+      CAPTURE(std::string(strategy_name(strategy)));
+      CAPTURE(saved_offloaded);
+      // Two steps, "saved" (weights and state), then the third step as reference.
+      auto first = make_training({strategy, 3, DType::bf16, saved_offloaded});
+      train_step(*first, batch, 1);
+      train_step(*first, batch, 2);
+      const std::vector<float> saved = first->params_to_host();
+      const State state = state_of(first->optimizer());
+      train_step(*first, batch, 3);
+      const std::vector<float> want = first->params_to_host();
+      const State want_state = state_of(first->optimizer());
+      for (bool offload : {false, true}) {
+        CAPTURE(offload);
+        auto resumed = make_training({strategy, 3, DType::bf16, offload}, saved.data());
+        resumed->optimizer().state_from_host(state.m, state.v);
+        const State loaded = state_of(resumed->optimizer());
+        CHECK(same_bits(loaded.m, state.m));
+        CHECK(same_bits(loaded.v, state.v));
+        train_step(*resumed, batch, 3);
+        CHECK(same_bits(resumed->params_to_host(), want));
+        const State got = state_of(resumed->optimizer());
+        CHECK(same_bits(got.m, want_state.m));
+        CHECK(same_bits(got.v, want_state.v));
+      }
+      // An offloaded optimizer that has stepped takes the weights loaded after it
+      // as its master along with the state.
+      auto stepped = make_training({strategy, 3, DType::bf16, true});
+      train_step(*stepped, batch, 1);
+      stepped->engine().params_from_host(saved.data());
+      stepped->optimizer().state_from_host(state.m, state.v);
+      train_step(*stepped, batch, 3);
+      CHECK(same_bits(stepped->params_to_host(), want));
+    }
+  }
+}
+
+TEST_CASE("an offloaded optimizer is refused for a pipeline, in one line") {
+  Run r;
+  r.offload = true;
+  train::TrainingOptions o = options_for(r);
+  o.stages = 2;
+  o.cut = {0, 2, 4};
+  const std::string msg = error_of([&] { train::Training t(o, train::InitialWeights{}); });
+  CHECK(has(msg,
+            "--offload optimizer works with --strategy dp, zero1, zero2 and zero3; not with --pp "
+            "or --tp"));
+  CHECK(msg.find('\n') == std::string::npos);
+}
