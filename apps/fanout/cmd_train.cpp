@@ -121,6 +121,10 @@ void add_device_flags(TrainFlags& f, train::TrainOptions& o) {
   f.text("balance", o.balance,
          "How --pp cuts the model: params, flops, time (a short profiling run), or decoder "
          "layers per stage, e.g. 3,5 (the embedding joins the first stage, the head the last)");
+  f.text("offload", o.offload,
+         "optimizer: keep the fp32 master weights and AdamW state in host memory and run the "
+         "update on host threads (with --strategy dp, zero1, zero2 or zero3); the devices keep "
+         "the working weights and gradients");
   f.flag("recompute", o.recompute,
          "Keep only each layer's input and recompute its forward in backward (less memory, "
          "the same results)");
@@ -129,7 +133,33 @@ void add_device_flags(TrainFlags& f, train::TrainOptions& o) {
 // The batch and the optimisation.
 void add_optimisation_flags(TrainFlags& f, train::TrainOptions& o) {
   // batch
-  f.number("batch-size", o.batch_size, int64_t{1}, kMaxCount, "Global rows per step");
+  {  // A number, or auto: the rows per step found by trial steps (batch_finder.h).
+    CLI::Option* batch = f.cmd->add_option(
+        "--batch-size", o.batch_size,
+        "Global rows per step, or auto: the largest batch that fits the devices, found by a few "
+        "trial steps before the run (each device's memory less --batch-size-margin)");
+    batch->capture_default_str()->type_name("NUMBER|auto");
+    batch->transform(CLI::Validator(
+        [&o](std::string& text) {
+          o.batch_size_auto = text == "auto";
+          if (o.batch_size_auto) text = "1";  // the rows come from the search
+          return number_in<int64_t>(1, kMaxCount)(text);
+        },
+        ""));
+    f.opts->emplace_back("batch-size", batch);
+  }
+  f.number("global-batch-size", o.global_batch_size, int64_t{1}, kMaxCount,
+           "With --batch-size auto: the rows per step, reached by accumulating the largest "
+           "batch that fits and divides it");
+  f.number("max-batch-size", o.max_batch_size, int64_t{1}, kMaxCount,
+           "With --batch-size auto: the most rows per micro-batch to try (default: the rows the "
+           "data holds)");
+  f.text("batch-size-search", o.batch_size_search,
+         "With --batch-size auto: power (double while it fits) or binsearch (double, then "
+         "bisect to the largest that fits)");
+  f.number("batch-size-margin", o.batch_size_margin, 0.0, 0.9,
+           "With --batch-size auto: the share of each device's memory kept free (of "
+           "--device-memory, a GPU's memory, or CPU devices' equal shares of this machine's)");
   f.text("micro-batch-sizes", o.micro_batch_sizes, "Rows per device in each micro-batch, e.g. 2,6");
   f.number("seq-len", o.seq_len, int64_t{0}, kMaxCount, "Tokens per row (0: the preset's)");
   f.number("grad-accum", o.grad_accum, int64_t{1}, kMaxCount, "Micro-batches per step");

@@ -49,6 +49,7 @@ using nlohmann::json;
 // Optional (absent in older checkpoints and before the first evaluation):
 //   "validation": {"best_loss": L, "best_step": B, "evals_since_best": K}, B <= S
 //   "val_loss": V   the held-out loss of these weights (best/ always has it)
+//   "batch_size_search": {...}   what --batch-size auto found (an object, kept as is)
 
 namespace {
 
@@ -246,6 +247,7 @@ json state_to_json(const TrainerState& s) {
                        {"evals_since_best", s.evals_since_best}};
   }
   if (std::isfinite(s.val_loss)) j["val_loss"] = s.val_loss;
+  if (s.batch_search.is_object()) j["batch_size_search"] = s.batch_search;
   return j;
 }
 
@@ -322,6 +324,11 @@ TrainerState state_from_text(const std::string& text) {
     FANOUT_CHECK(v.is_number() && std::isfinite(v.get<double>()), kCheckpointStateFile,
                  ": \"val_loss\" must be a finite number, got ", v.dump());
     s.val_loss = v.get<double>();
+  }
+  if (j.contains("batch_size_search")) {
+    s.batch_search = j["batch_size_search"];
+    FANOUT_CHECK(s.batch_search.is_object(), kCheckpointStateFile,
+                 ": \"batch_size_search\" must be an object, got ", s.batch_search.type_name());
   }
   return s;
 }

@@ -47,6 +47,8 @@ struct TrainerState {
   double best_val_loss = 0;
   int64_t best_step = -1, evals_since_best = 0;
   double val_loss = std::numeric_limits<double>::quiet_NaN();
+  // What --batch-size auto found (apps/train/batch_finder.h), kept with the run; null: none.
+  nlohmann::json batch_search;
 };
 
 struct Checkpoint {

@@ -163,6 +163,15 @@ void train_options_validate(const TrainOptions& o) {
                "--precision must be fp32 or bf16, got '", o.precision, "'");
   FANOUT_CHECK(o.grad_comm == "fp32" || o.grad_comm == "bf16",
                "--grad-comm must be fp32 or bf16, got '", o.grad_comm, "'");
+  check_count(o.global_batch_size, "global-batch-size", 0);
+  check_count(o.max_batch_size, "max-batch-size", 0);
+  FANOUT_CHECK(o.batch_size_search == "power" || o.batch_size_search == "binsearch",
+               "--batch-size-search must be power or binsearch, got '", o.batch_size_search, "'");
+  check_real(o.batch_size_margin, "batch-size-margin", 0, 0.9, false);
+  FANOUT_CHECK(o.offload.empty() || o.offload == "optimizer",
+               "--offload must be optimizer (fp32 master weights and AdamW state in host "
+               "memory), got '",
+               o.offload, "'");
   check_count(o.pp, "pp", 1);
   check_count(o.tp, "tp", 1);
   check_count(o.micro_batches, "micro-batches", 0);

@@ -50,6 +50,16 @@ struct TrainOptions {
   // batch
   int64_t batch_size = 16, seq_len = 0, grad_accum = 1;  // seq_len 0: the preset's
   std::string micro_batch_sizes;
+  // --batch-size auto (apps/train/batch_finder.h): the largest batch that fits,
+  // found by trial steps; with global_batch_size (0: none) accumulated to it. All
+  // run-local: a checkpoint saves the batch size and accumulation that were found.
+  bool batch_size_auto = false;
+  int64_t global_batch_size = 0, max_batch_size = 0;  // max 0: the data's rows
+  std::string batch_size_search = "binsearch";
+  double batch_size_margin = 0.1;  // the share of each device's memory kept free
+  // --offload optimizer: fp32 master weights and AdamW state in host memory, the
+  // update on host threads (""; none). Run-local: the results are the same.
+  std::string offload;
   // optimisation
   int64_t steps = 300, warmup = 30;
   double lr = 3e-3, min_lr = 3e-4, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8,

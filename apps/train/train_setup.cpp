@@ -5,18 +5,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
 #include <thread>
 
 #include "apps/data/data_loader.h"
 #include "apps/data/tokenizer.h"
+#include "apps/train/batch_finder.h"
 #include "apps/train/checkpoint_rotation.h"
 #include "apps/train/device_memory.h"
-#include "apps/train/memory_check.h"
 #include "apps/train/run_dir.h"
 #include "apps/train/schedule.h"
+#include "apps/train/train_batch.h"
 #include "apps/train/train_data.h"
-#include "apps/train/train_pipeline.h"
 #include "engine/core/check.h"
 #include "engine/core/checked_math.h"
 #include "engine/core/cuda_runtime.h"
@@ -31,24 +30,6 @@ namespace fanout::train {
 
 namespace {
 namespace fs = std::filesystem;
-
-std::vector<int64_t> parse_sizes(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
-    size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    FANOUT_CHECK(used > 0 && used == item.size() && v >= 0, "--micro-batch-sizes: '", item,
-                 "' is not a row count");
-    out.push_back(v);
-  }
-  return out;
-}
 
 std::string timestamp_dir() {
   std::time_t t = std::time(nullptr);
@@ -377,11 +358,6 @@ void prepare_model(TrainOptions& o, Setup& s, const std::set<std::string>& given
 // Batch geometry, the schedule, the strategy and (ddp, zero across processes)
 // the launcher's environment.
 void prepare_optimisation(TrainOptions& o, Setup& s, const std::set<std::string>& given) {
-  FANOUT_CHECK(o.batch_size % o.grad_accum == 0, "--batch-size ", o.batch_size,
-               " is not a multiple of --grad-accum ", o.grad_accum);
-  s.micro_rows = o.batch_size / o.grad_accum;
-  // Every token count the run derives: tokens per step and over the whole run.
-  size_mul("--batch-size x --seq-len x --steps tokens", {o.batch_size, o.seq_len, o.steps});
   FANOUT_CHECK(!s.resume || o.steps >= s.resume->state.step, "--steps ", o.steps,
                " is below the resumed checkpoint's step ", s.resume ? s.resume->state.step : 0);
   Schedule schedule{o.schedule, o.lr, o.min_lr, o.warmup, o.steps};
@@ -409,6 +385,16 @@ void prepare_optimisation(TrainOptions& o, Setup& s, const std::set<std::string>
   s.strategy = parallel::strategy_flag_parse(o.strategy);
   s.loss_on = parallel::loss_on_parse(o.loss_on);
   if (s.strategy.processes && !given.count("overlap") && !s.resume) o.overlap = true;
+  if (!o.offload.empty()) {
+    // Note [Optimizer offload] in optimizer.cpp: over DataParallel's shards.
+    FANOUT_CHECK(o.pp == 1 && o.tp == 1, "--offload optimizer works with --strategy dp, zero1, ",
+                 "zero2 or zero3; a --", o.pp > 1 ? "pp" : "tp",
+                 " grid keeps each stage's optimizer on its devices");
+    FANOUT_CHECK(!(s.strategy.processes && s.strategy.strategy == parallel::Strategy::dp),
+                 "--offload optimizer works with --strategy dp, zero1, zero2 or zero3; under ddp "
+                 "every process would keep a whole copy in host memory: use --strategy zero1 (or "
+                 "zero2, zero3) across the processes");
+  }
   const bool zero = s.strategy.strategy != parallel::Strategy::dp;
   if (s.strategy.processes ||
       (zero && distributed::launcher_env_found(distributed::env_lookup_process))) {
@@ -461,51 +447,12 @@ void prepare_devices(TrainOptions& o, Setup& s) {
     apply_device_memory(
         o.device_memory.empty() ? 0 : parse_byte_size(o.device_memory, "--device-memory"), capped);
   }
-  // zero3's ranks gather every unit's weights together: each must run the model.
-  FANOUT_CHECK(!(s.strategy.strategy == parallel::Strategy::zero3 && s.ddp.enabled &&
-                 s.micro_rows < s.ddp.world),
-               "--strategy zero3 across ", s.ddp.world, " processes needs at least ", s.ddp.world,
-               " rows per micro-batch (one per rank), got ", s.micro_rows,
-               " (--batch-size / --grad-accum)");
-  FANOUT_CHECK(!(s.ddp.enabled && !o.micro_batch_sizes.empty()),
-               "--micro-batch-sizes splits rows over the devices of one process; under ddp each "
-               "rank takes its rows of every batch");
-  if (!o.micro_batch_sizes.empty()) {
-    s.chunk_sizes = parse_sizes(o.micro_batch_sizes);
-    FANOUT_CHECK(s.chunk_sizes.size() == s.devices.size(), "--micro-batch-sizes gives ",
-                 s.chunk_sizes.size(), " sizes for ", s.devices.size(), " devices");
-    int64_t sum = 0;
-    for (int64_t c : s.chunk_sizes) sum = size_add("--micro-batch-sizes", {sum, c});
-    FANOUT_CHECK(sum == s.micro_rows, "--micro-batch-sizes add up to ", sum,
-                 " rows but each micro-batch has ", s.micro_rows, " (--batch-size / --grad-accum)");
-  }
 }
 
-// What the model and a step take on each device, the tokenizer, and the data
-// (with the resumed position, which must fit this run's batches).
+// The model's size, the tokenizer, and the data (setup_batch then checks that it
+// holds a batch, and maps a resumed position onto this run's batches).
 void prepare_data(TrainOptions& o, Setup& s) {
   models::llama_config_check_memory(s.config, "the model", true);
-  {
-    int64_t n = static_cast<int64_t>(s.devices.size());
-    int64_t share = memory_largest_share(s.micro_rows, n);
-    if (!s.chunk_sizes.empty())
-      share = *std::max_element(s.chunk_sizes.begin(), s.chunk_sizes.end());
-    std::vector<Device> holders = s.devices;
-    if (!s.cut.empty()) {
-      // A pipeline replica's stages hold one model between them, and at the least
-      // one micro-batch's activations: counted as one device per replica.
-      const int64_t K = static_cast<int64_t>(s.cut.size()) - 1;
-      n /= K;
-      holders.clear();
-      for (int64_t d = 0; d < n; ++d) holders.push_back(s.devices[d * K]);
-      share = (memory_largest_share(s.micro_rows, n) + s.micro_batches - 1) / s.micro_batches;
-    }
-    MemoryAsk ask{s.micro_rows, share, o.seq_len, s.loss_on == parallel::LossOn::output, true};
-    ask.sharded_grads = parallel::strategy_shards_grads(s.strategy.strategy);
-    ask.sharded_weights = s.strategy.strategy == parallel::Strategy::zero3;
-    ask.shards = s.ddp.enabled ? s.ddp.world : n;
-    memory_check_fits(s.config, holders, ask);
-  }
   s.tokenizer = run_tokenizer(o, s);
   // The byte tokenizer keeps today's rule (ids are checked as the data loads); any
   // other, or one named (--tokenizer, or beside the data), must fit the model whole.
@@ -513,20 +460,6 @@ void prepare_data(TrainOptions& o, Setup& s) {
     check_tokenizer_fits(o, s);
   }
   train_data_load(o, s);
-  // Constructing loaders checks that the data holds at least one batch.
-  data::DataLoader train_loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle,
-                                o.seed, models::kIgnoreIndex);
-  if (s.resume) {
-    // The position was saved in batches of the checkpoint's geometry; it maps onto
-    // this run's only where it falls on a batch boundary (data_loader.h).
-    s.resume_data =
-        train_loader.state_from(s.resume->state.data, s.saved_rows_per_batch, s.saved_seq_len);
-    train_loader.set_state(s.resume_data);  // the saved position must fit
-  }
-  if (s.has_val) {
-    data::DataLoader(s.val_data, s.micro_rows, o.seq_len, o.packing == "on", false, 0,
-                     models::kIgnoreIndex);
-  }
 }
 
 // The run directory (rank 0 alone writes it) and the trace file.
@@ -551,10 +484,20 @@ Setup train_prepare(TrainOptions o, const std::set<std::string>& given) {
   prepare_model(o, s, given);
   prepare_optimisation(o, s, given);
   prepare_devices(o, s);
-  prepare_pipeline(o, s, given);
+  batch_auto_check(o, given, setup_replicas(o, s));
+  // --batch-size auto starts from the smallest batch; the finder tries larger ones.
+  if (o.batch_size_auto) {
+    o.grad_accum = 1;
+    o.batch_size = setup_min_replica_rows(o, given) * setup_replicas(o, s);
+  }
+  FANOUT_CHECK(o.batch_size % o.grad_accum == 0, "--batch-size ", o.batch_size,
+               " is not a multiple of --grad-accum ", o.grad_accum);
+  s.micro_rows = o.batch_size / o.grad_accum;  // train_data_load holds out whole batches
   prepare_data(o, s);
   prepare_run_dir(o, s);
   s.o = o;
+  // Under --batch-size auto a resumed position is mapped onto the batch it finds.
+  setup_batch(s, o.batch_size, o.grad_accum, given, o.batch_size_auto);
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include "apps/data/data_loader.h"
 #include "apps/data/token_file.h"
 #include "apps/data/tokenizer.h"
+#include "apps/train/batch_finder.h"
 #include "apps/train/checkpoint.h"
 #include "apps/train/checkpoint_rotation.h"
 #include "apps/train/ddp_env.h"
@@ -107,6 +108,7 @@ TrainingOptions training_options(const Setup& s, distributed::ProcessGroup* grou
   t.adam.beta2 = static_cast<float>(o.beta2), t.adam.eps = static_cast<float>(o.eps);
   t.adam.weight_decay = static_cast<float>(o.weight_decay);
   t.recompute = o.recompute;
+  t.offload_optimizer = o.offload == "optimizer";
   t.stages = static_cast<int>(o.pp);
   t.tensor = static_cast<int>(o.tp);
   t.sequence_parallel = o.sequence_parallel;
@@ -114,6 +116,59 @@ TrainingOptions training_options(const Setup& s, distributed::ProcessGroup* grou
   t.micro_batches = s.micro_batches;
   t.cut = s.cut;
   return t;
+}
+
+// What would make a run that ran out of memory fit, of what it does not use yet.
+std::string memory_hint(const TrainOptions& o, const Setup& s) {
+  std::vector<std::string> flags;
+  if (!o.recompute) flags.push_back("--recompute");
+  const parallel::Strategy st = s.strategy.strategy;
+  const bool grid = o.pp > 1 || o.tp > 1;
+  if (!grid && st == parallel::Strategy::dp) flags.push_back("--strategy zero1, zero2 or zero3");
+  if (!grid && st == parallel::Strategy::zero1) flags.push_back("--strategy zero2 or zero3");
+  if (!grid && st == parallel::Strategy::zero2) flags.push_back("--strategy zero3");
+  if (grid && st == parallel::Strategy::dp) flags.push_back("--strategy zero1");
+  if (!grid && o.offload.empty() && !(s.strategy.processes && st == parallel::Strategy::dp))
+    flags.push_back("--offload optimizer");
+  flags.push_back(o.batch_size_auto ? "a larger --batch-size-margin" : "--batch-size auto");
+  std::string out = "; to fit, try ";
+  for (size_t i = 0; i < flags.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == flags.size() ? " or " : ", ") + flags[i];
+  return out;
+}
+
+// Runs fn; an out-of-memory error gains the flags that would help, and `prefix`.
+template <typename F>
+void with_memory_hint(const Setup& s, const std::string& prefix, const F& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find("out of memory") == std::string::npos && prefix.empty()) throw;
+    detail::throw_error(
+        prefix + what +
+        (what.find("out of memory") != std::string::npos ? memory_hint(s.o, s) : ""));
+  }
+}
+
+// A --batch-size auto trial (batch_finder.h): the run's parts at the size set up in
+// `s`, two steps and the held-out forward on the run's first batches, then gone.
+// Under ddp each process runs its own share alone.
+void batch_trial(const Setup& s) {
+  const TrainOptions& o = s.o;
+  InitialWeights initial;
+  initial.seed = o.seed;
+  Training t(training_options(s, nullptr), initial);
+  data::DataLoader loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle,
+                          o.seed, models::kIgnoreIndex);
+  for (int64_t step = 1; step <= 2; ++step) {
+    const data::Batch b = loader.next();  // the rows below point into it
+    const parallel::HostBatch rows = s.ddp.batch_rows(b);
+    t.forward_backward(rows, std::max<int64_t>(b.counted(), 1));
+    t.reduce_gradients();
+    t.optimizer_step(step, static_cast<float>(o.lr), o.clip);
+    if (step == 2 && s.has_val) t.evaluate(rows);
+  }
 }
 
 // The lines a run starts with: what trains where, on what, and from where.
@@ -165,7 +220,8 @@ std::vector<std::string> header_lines(const Setup& s, distributed::ProcessGroup*
 // held-out evaluations and the end of the run.
 class Run {
  public:
-  Run(const Setup& s, Training& t, distributed::ProcessGroup* group, int64_t kill_step)
+  Run(const Setup& s, Training& t, distributed::ProcessGroup* group, int64_t kill_step,
+      nlohmann::json batch_search)
       : s_(s),
         o_(s.o),
         t_(t),
@@ -175,7 +231,10 @@ class Run {
         loader_(s.train_data, s.micro_rows, s.o.seq_len, s.o.packing == "on", s.o.shuffle, s.o.seed,
                 models::kIgnoreIndex),
         history_(s),
-        schedule_{s.o.schedule, s.o.lr, s.o.min_lr, s.o.warmup, s.o.steps} {
+        schedule_{s.o.schedule, s.o.lr, s.o.min_lr, s.o.warmup, s.o.steps},
+        batch_search_(std::move(batch_search)) {
+    // A resumed run keeps what its search found, unless it searched again.
+    if (s.resume && batch_search_.is_null()) batch_search_ = s.resume->state.batch_search;
     if (s.resume) {
       t_.optimizer().state_from_host(s.resume->exp_avg, s.resume->exp_avg_sq);
       loader_.set_state(s.resume_data);
@@ -221,6 +280,7 @@ class Run {
   std::optional<StopSignals> signals_;
   int64_t start_ = 1, tokens_seen_ = 0, final_step_ = 0;
   std::string last_checkpoint_;
+  nlohmann::json batch_search_;
   double last_loss_ = 0;
   int stop_signal_ = 0;
 };
@@ -243,6 +303,7 @@ std::string Run::save(const std::string& name, int64_t step) {
   c.state.best_val_loss = history_.best_loss;
   c.state.best_step = history_.best_step;
   c.state.evals_since_best = history_.evals_since_best;
+  c.state.batch_search = batch_search_;
   if (history_.last_step == step) c.state.val_loss = history_.last.loss;
   c.tokenizer_json = s_.tokenizer->to_json();
   checkpoint_write(dir, c);
@@ -291,10 +352,10 @@ bool Run::step(int64_t step) {
   // device or rank) says which step it stopped.
   auto at_step = [&](const auto& fn) {
     try {
-      fn();
-    } catch (const Error& e) {
+      with_memory_hint(s_, "step " + std::to_string(step) + ": ", fn);
+    } catch (const Error&) {
       signals_->restore();
-      detail::throw_error(detail::str_cat("step ", step, ": ", e.what()));
+      throw;
     }
   };
   double loss_sum = 0;
@@ -449,6 +510,17 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
   if (s.ddp.enabled) ddp = ddp_connect(s.ddp, s.devices[0], o.timeout, !o.json);
   distributed::ProcessGroup* group = ddp.group.get();
   if (group) ranks_agree_on_start(*group, s);
+  // Before anything is written: the largest batch that fits (batch_finder.h).
+  std::optional<BatchChoice> choice;
+  if (o.batch_size_auto) {
+    auto agree = [group](bool fits) {
+      if (!group) return fits;
+      double failed = fits ? 0.0 : 1.0;
+      group->all_reduce_host(&failed, 1);
+      return failed == 0;
+    };
+    choice = batch_size_find(s, given, batch_trial, agree);
+  }
   // From here on files are written, by rank 0 alone, in a directory it owns.
   std::optional<RunDirLock> lock;
   std::vector<std::string> cleaned;
@@ -462,9 +534,12 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
                    : !s.init_params.empty() ? s.init_params.data()
                                             : nullptr;
   initial.seed = o.seed;
-  Training training(training_options(s, group), initial);
-  Run run(s, training, group, kill.rank == s.ddp.rank ? kill.step : -1);
+  std::optional<Training> training;
+  with_memory_hint(s, "", [&] { training.emplace(training_options(s, group), initial); });
+  Run run(s, *training, group, kill.rank == s.ddp.rank ? kill.step : -1,
+          choice ? choice->to_json() : nlohmann::json());
   for (const std::string& line : header_lines(s, group, run.start())) run.say(line);
+  if (choice) run.say(choice->line());
   if (!run.history().note.empty()) run.say(run.history().note);
   for (const std::string& name : cleaned)
     run.say("removed " + name + " (left by an interrupted write)");
