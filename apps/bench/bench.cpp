@@ -97,6 +97,7 @@ void timed_steps(const BenchSetup& setup, train::Training& training,
   for (bool more = true; more; ++s) {
     if (s == setup.warmup) {
       for (const Device& d : distinct) allocator_for(d).reset_peak();
+      host_allocator().reset_peak();
     }
     if (dp) dp->reset_times();
     const int64_t moved = dp ? 0 : training.pipeline().bytes_moved();
@@ -200,6 +201,10 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
   options.group = setup.group;
   options.working = setup.working;
   options.grad_comm = setup.grad_comm;
+  options.recompute = setup.recompute;
+  options.offload_optimizer = setup.offload;
+  FANOUT_CHECK(!setup.offload || !(grid || mode.processes),
+               "--offload optimizer works with dp, overlap, zero1, zero2 and zero3");
   if (grid) {  // K stages, the cut balanced by parameters, each on T devices
     FANOUT_CHECK(!setup.group, "a pipeline runs in one process");
     options.stages = static_cast<int>(K);
@@ -227,6 +232,7 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
     train::Training training(options, train::InitialWeights{});
     timed_steps(setup, training, batch, n, distinct, mode.pipeline.has_value(), result);
     result.peaks = presentation::device_peaks(distinct);
+    result.host_bytes = host_allocator().stats().total.peak;
   }
   return result;
 }
@@ -273,8 +279,9 @@ std::string bench_memory_table(const std::vector<presentation::BenchResult>& row
   t.columns = {{"mode", width ? 0u : 24u, true}, {"device", width ? 0u : 16u, true}};
   std::vector<presentation::TextColumn> kinds;
   for (MemTag tag : bench_memory_kinds()) kinds.push_back({mem_tag_name(tag), width ? 0u : 11u});
-  const std::vector<presentation::TextColumn> totals = {{"total", width ? 0u : 11u},
-                                                        {" vs dp", 0, true}};
+  // The host's column: its peak (offloaded optimizer state) on a result's first row.
+  const std::vector<presentation::TextColumn> totals = {
+      {"total", width ? 0u : 11u}, {" vs dp", 0, true}, {"host", width ? 0u : 11u}};
   t.columns.insert(t.columns.end(), width ? totals.begin() : kinds.begin(),
                    width ? totals.end() : kinds.end());
   t.columns.insert(t.columns.end(), width ? kinds.begin() : totals.begin(),
@@ -293,7 +300,8 @@ std::string bench_memory_table(const std::vector<presentation::BenchResult>& row
                           : base   ? strf(" %.2fx", bench_memory_ratio(r, *base))
                                    : " -";
       std::vector<std::string> cells = {i ? "" : label_of(r), p.device};
-      const std::vector<std::string> total = {bytes_str(p.peak_bytes), ratio};
+      const std::vector<std::string> total = {bytes_str(p.peak_bytes), ratio,
+                                              i ? "" : bytes_str(r.host_bytes)};
       cells.insert(cells.end(), width ? total.begin() : by_kind.begin(),
                    width ? total.end() : by_kind.end());
       cells.insert(cells.end(), width ? by_kind.begin() : total.begin(),
@@ -348,6 +356,7 @@ nlohmann::json bench_row_json(const presentation::BenchResult& r, double base_tp
           {"phases_s", bench_phases_json(r.phases)},
           {"peak_bytes", peaks},
           {"peak_bytes_by_kind", by_kind},
+          {"host_bytes", r.host_bytes},
           // largest device total / dp's primary total in this precision
           {"memory_vs_dp",
            mem_base ? nlohmann::json(bench_memory_ratio(r, *mem_base)) : nlohmann::json()},

@@ -48,6 +48,9 @@ struct BenchSetup {
   DType working = DType::f32, grad_comm = DType::f32;
   // Profile kernel classes (engine/core/op_profile.h) over one extra step.
   bool profile_kernels = false;
+  // train's --recompute and --offload optimizer (dp, overlap, zero1-3 rows; the
+  // others fail with the reason), for every row.
+  bool recompute = false, offload = false;
 };
 
 // Peaks are measured from the first timed step (every device's peaks reset

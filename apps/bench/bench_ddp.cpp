@@ -62,6 +62,7 @@ nlohmann::json bench_result_json(const presentation::BenchResult& r) {
           {"step_times", steps},
           {"phases_s", bench_phases_json(r.phases)},
           {"peaks", peaks},
+          {"host_bytes", r.host_bytes},
           {"last_loss", r.last_loss}};
 }
 
@@ -139,6 +140,7 @@ presentation::BenchResult bench_ddp_run(const std::string& fanout,
       const auto& t = j["step_times"];
       r.step = {t[0], t[1], t[2], t[3], t[4], t[5]};
     }
+    r.host_bytes += j.value("host_bytes", size_t{0});
     for (const auto& peak : j["peaks"]) {
       r.peaks.push_back(presentation::device_peak_from_json(peak));  // with each kind's peak
       r.peaks.back().device = "rank " + std::to_string(rank) + " " + r.peaks.back().device;

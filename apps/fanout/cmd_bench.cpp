@@ -61,6 +61,9 @@ struct BenchArgs {
   std::string op_device = "cpu:0", op_dtype = "both";
   int repeats = 5;
   std::string device_memory;  // "": no cap
+  // train's --recompute and --offload optimizer, for every row.
+  bool recompute = false;
+  std::string offload;
 };
 
 models::LlamaConfig config_of(const BenchArgs& a) {
@@ -108,6 +111,8 @@ std::vector<std::string> worker_flags(const BenchArgs& a, const std::string& pre
     flags.insert(flags.end(), {"--config", a.config_file});
   }
   if (!a.device_memory.empty()) flags.insert(flags.end(), {"--device-memory", a.device_memory});
+  if (a.recompute) flags.push_back("--recompute");
+  if (!a.offload.empty()) flags.insert(flags.end(), {"--offload", a.offload});
   return flags;
 }
 
@@ -133,6 +138,7 @@ int run_bench_worker(const BenchArgs& a) {
   setup.min_seconds = a.min_seconds;
   setup.working = a.precision == "bf16" ? DType::bf16 : DType::f32;
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
+  setup.recompute = a.recompute, setup.offload = a.offload == "optimizer";
   train::attention_apply(a.attention, setup.working, setup.devices);
   // As `train --strategy ddp` connects under fanout launch, with its default timeout;
   // silently: the launcher line would land inside the bench's table.
@@ -203,6 +209,11 @@ bench::BenchSetup setup_of(BenchArgs& a, std::vector<parallel::Mode>& modes) {
   setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
   setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
   setup.min_seconds = a.min_seconds;
+  FANOUT_CHECK(a.offload.empty() || a.offload == "optimizer",
+               "--offload must be optimizer (fp32 master weights and AdamW state in host "
+               "memory), got '",
+               a.offload, "'");
+  setup.recompute = a.recompute, setup.offload = a.offload == "optimizer";
   FANOUT_CHECK(a.bucket_mb > 0, "--bucket-mb must be positive, got ", a.bucket_mb);
   FANOUT_CHECK(a.seq_len <= setup.config.max_position_embeddings, "--seq-len ", a.seq_len,
                " exceeds max_position_embeddings ", setup.config.max_position_embeddings);
@@ -423,6 +434,13 @@ Command add_bench_command(CLI::App& app) {
     c->add_option("--attention", a->attention,
                   "The attention kernel on CUDA devices: auto, exact or cudnn (bf16 only)")
         ->capture_default_str();
+    c->add_flag("--recompute", a->recompute,
+                "Every row as fanout train --recompute (each layer's forward again in backward)");
+    c->add_option("--offload", a->offload,
+                  "optimizer: every row as fanout train --offload optimizer (the memory table's "
+                  "host column holds its master weights and AdamW state; rows it does not work "
+                  "with fail with the reason)")
+        ->check(not_empty());
   };
   common(cmd);
   cmd->add_option("--devices", a->devices, "Devices")->capture_default_str();
@@ -483,9 +501,10 @@ Command add_bench_command(CLI::App& app) {
     if (!cmd->parsed()) return -1;
     if (ops->parsed()) {
       // `fanout bench --json x ops` would otherwise accept flags that ops never reads.
-      for (const char* flag : {"--devices", "--modes", "--steps", "--min-seconds", "--warmup",
-                               "--bucket-mb", "--json", "--peers", "--svg", "--trace",
-                               "--precision", "--grad-comm", "--mfu", "--kernels", "--wide"}) {
+      for (const char* flag :
+           {"--devices", "--modes", "--steps", "--min-seconds", "--warmup", "--bucket-mb", "--json",
+            "--peers", "--svg", "--trace", "--precision", "--grad-comm", "--mfu", "--kernels",
+            "--wide", "--recompute", "--offload"}) {
         FANOUT_CHECK(cmd->count(flag) == 0, flag, " does not apply to fanout bench ops");
       }
       return run_bench_ops(*a);

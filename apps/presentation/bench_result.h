@@ -35,6 +35,9 @@ struct BenchResult {
   int stages = 0, micro_batches = 0;
   double bubble = -1, bubble_schedule = -1;
   int tensor = 0;  // tensor-parallel ranks per stage (0: not a grid row)
+  // The host allocator's peak over the timed steps (--offload optimizer's master
+  // weights and AdamW state; 0 without).
+  size_t host_bytes = 0;
 };
 
 }  // namespace fanout::presentation
