@@ -220,8 +220,9 @@ std::vector<std::string> header_lines(const Setup& s, distributed::ProcessGroup*
 // held-out evaluations and the end of the run.
 class Run {
  public:
+  // release: frees the engine, after which the run only samples (0: keep it).
   Run(const Setup& s, Training& t, distributed::ProcessGroup* group, int64_t kill_step,
-      nlohmann::json batch_search)
+      nlohmann::json batch_search, std::function<void()> release)
       : s_(s),
         o_(s.o),
         t_(t),
@@ -232,7 +233,8 @@ class Run {
                 models::kIgnoreIndex),
         history_(s),
         schedule_{s.o.schedule, s.o.lr, s.o.min_lr, s.o.warmup, s.o.steps},
-        batch_search_(std::move(batch_search)) {
+        batch_search_(std::move(batch_search)),
+        release_(std::move(release)) {
     // A resumed run keeps what its search found, unless it searched again.
     if (s.resume && batch_search_.is_null()) batch_search_ = s.resume->state.batch_search;
     if (s.resume) {
@@ -281,6 +283,7 @@ class Run {
   int64_t start_ = 1, tokens_seen_ = 0, final_step_ = 0;
   std::string last_checkpoint_;
   nlohmann::json batch_search_;
+  std::function<void()> release_;
   double last_loss_ = 0;
   int stop_signal_ = 0;
 };
@@ -484,9 +487,13 @@ int Run::finish(int exit_code) {
       if (whole.empty()) {
         sample = sample_text(t_.primary(), *s_.tokenizer, o_.seed, 240);
       } else {
-        models::LlamaModel copy(s_.config, s_.devices[0], "", t_.options().working);
+        // The engine's memory goes first: the copy is a whole model on one device.
+        const DType working = t_.options().working;
+        const int64_t total = t_.layout().total();
+        if (release_) release_();
+        models::LlamaModel copy(s_.config, s_.devices[0], "", working);
         tensor_upload(copy.compute_stream(), copy.params(), whole.data());
-        copy.params_to_working(0, t_.layout().total());
+        copy.params_to_working(0, total);
         sample = sample_text(copy, *s_.tokenizer, o_.seed, 240);
       }
       say("sample:\n  " + sample);
@@ -537,7 +544,7 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
   std::optional<Training> training;
   with_memory_hint(s, "", [&] { training.emplace(training_options(s, group), initial); });
   Run run(s, *training, group, kill.rank == s.ddp.rank ? kill.step : -1,
-          choice ? choice->to_json() : nlohmann::json());
+          choice ? choice->to_json() : nlohmann::json(), [&training] { training.reset(); });
   for (const std::string& line : header_lines(s, group, run.start())) run.say(line);
   if (choice) run.say(choice->line());
   if (!run.history().note.empty()) run.say(run.history().note);
