@@ -7,7 +7,6 @@
 
 #include <doctest/doctest.h>
 
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,99 +14,15 @@
 #include "apps/train/training.h"
 #include "engine/core/allocator.h"
 #include "tests/apps/fanout/cli_runner.h"
+#include "tests/apps/train/offload_util.h"
 #include "tests/engine/distributed/rendezvous_test_util.h"
 
 using namespace fanout;
+using namespace fanout::test::offload;
 using fanout::test::error_of;
 using fanout::test::has;
 using parallel::Strategy;
 namespace rdzv = fanout::test::rdzv;
-
-namespace {
-
-models::LlamaConfig tiny_config() {
-  models::LlamaConfig c;
-  c.vocab_size = 64, c.hidden_size = 32, c.intermediate_size = 64, c.num_hidden_layers = 2;
-  c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 8;
-  c.max_position_embeddings = 32;
-  c.validate("tiny_config");
-  return c;
-}
-
-// 6 rows of 16 tokens, targets the next token; the last 3 of row 1 ignored.
-struct Batch {
-  static constexpr int64_t B = 6, T = 16;
-  std::vector<int32_t> inputs, targets;
-  int64_t counted = 0;
-  Batch() {
-    for (int64_t i = 0; i < B * T; ++i) {
-      inputs.push_back(static_cast<int32_t>((i * 7 + 3) % 64));
-      const bool ignored = i / T == 1 && i % T >= T - 3;
-      targets.push_back(ignored ? models::kIgnoreIndex : static_cast<int32_t>((i * 7 + 10) % 64));
-      counted += !ignored;
-    }
-  }
-  parallel::HostBatch host() const { return {B, T, inputs.data(), targets.data()}; }
-};
-
-struct Run {
-  Strategy strategy = Strategy::dp;
-  int devices = 2;
-  DType working = DType::f32;
-  bool offload = false;
-};
-
-const Strategy kStrategies[] = {Strategy::dp, Strategy::zero1, Strategy::zero2, Strategy::zero3};
-
-train::TrainingOptions options_for(const Run& r) {
-  train::TrainingOptions o;
-  o.config = tiny_config();
-  for (int i = 0; i < r.devices; ++i) o.devices.push_back(cpu_device(i));
-  o.strategy = r.strategy;
-  o.working = r.working;
-  o.offload_optimizer = r.offload;
-  o.adam.lr = 1e-2f;
-  o.adam.weight_decay = 0.1f;  // decayed and undecayed runs differ
-  return o;
-}
-
-std::unique_ptr<train::Training> make_training(const Run& r, const float* values = nullptr) {
-  train::InitialWeights w;
-  w.seed = 5;
-  w.values = values;
-  return std::make_unique<train::Training>(options_for(r), w);
-}
-
-// Forward, backward and the reduction; the optimizer is the caller's.
-void gradients(train::Training& t, const Batch& b) {
-  t.forward_backward(b.host(), static_cast<double>(b.counted));
-  t.reduce_gradients();
-}
-
-double train_step(train::Training& t, const Batch& b, int64_t step) {
-  gradients(t, b);
-  return t.optimizer_step(step, 1e-2f, 1.0);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-struct State {
-  std::vector<float> m, v;
-};
-State state_of(train::Optimizer& opt) {
-  State s;
-  opt.state_to_host(s.m, s.v);
-  return s;
-}
-
-// Bytes of `tag` live on `a`.
-size_t live(Allocator& a, MemTag tag) {
-  return a.stats().tag(tag).live;
-}
-
-}  // namespace
 
 TEST_CASE("offloaded AdamW gives the bits of AdamW on the devices (dp, zero1-3, fp32 and bf16)") {
   const Batch batch;
@@ -122,7 +37,7 @@ TEST_CASE("offloaded AdamW gives the bits of AdamW on the devices (dp, zero1-3, 
         CHECK(off->optimizer().offloaded());
         // (Not params_to_host: under zero1/zero2 in bf16 it would gather replicas'
         // masters that the first forward has yet to bring up to date.)
-        const std::vector<float> init = models::LlamaModel::random_params(tiny_config(), 5);
+        const std::vector<float> init = models::LlamaModel::random_params(tiny_config(), kSeed);
         for (int64_t step = 1; step <= 3; ++step) {
           CAPTURE(step);
           const double norm_ref = train_step(*ref, batch, step);
@@ -161,7 +76,7 @@ TEST_CASE("offloaded AdamW across processes gives the same weights and gathered 
         o.devices = {cpu_device(r)};
         o.group = groups[r].get();
         train::InitialWeights w;
-        w.seed = 5;
+        w.seed = kSeed;
         train::Training t(o, w);
         Result& out = res[offload * W + r];
         for (int64_t step = 1; step <= 2; ++step) out.norm = train_step(t, batch, step);
