@@ -552,12 +552,19 @@ step_e2e() {
   train_run "one device" 120 one --devices "$dev" "${common[@]}"
   train_row "$dev, $steps steps, seed 7 (the reference below)"
   local ref_loss=$loss ref_norm=$norm
-  for mode in "dp --loss-on output" "dp" "dp --overlap" "zero1" "zero2" "zero3"; do
+  for mode in "dp --loss-on output" "dp" "dp --overlap" "zero1" "zero2" "zero3" \
+    "dp --offload optimizer" "zero3 --offload optimizer"; do
     name="$dev,$dev --strategy $mode"
     # shellcheck disable=SC2086  # the mode is words
     train_run "$name" 120 two --devices "$dev,$dev" --strategy $mode "${common[@]}"
     same_row "$name = $dev"
   done
+  # The batch-size finder's trials under a cap on the device's own allocator.
+  train_run "batch-size auto" 180 auto --devices "$dev,$dev" --batch-size auto \
+    --device-memory 64MiB --steps 2
+  figure="$(grep -m1 '^batch size auto' "$work/log" | cut -c1-160)"
+  train_row "fanout train --devices $dev,$dev --batch-size auto --device-memory 64MiB"
+  rm -rf "$work/auto"
 
   # bf16 mixed precision (cuBLASLt, the attention the run names, the fused
   # classifier): the big preset learns, and two replicas in every mode track one
