@@ -25,7 +25,9 @@ namespace fanout::train {
 // of the run itself exists yet -- its weights, AdamW state, RNG and data position
 // are made afterwards, as for a run started with the chosen size -- so there is
 // nothing to restore but the caps. Under ddp each process tries its own share
-// alone and the processes agree on each verdict, so all of them search alike.
+// alone and the processes agree on each verdict, so all of them search alike
+// (zero1-3 across processes then keep their whole state in a trial: the size
+// found errs small).
 
 int64_t batch_search(const std::string& mode, int64_t lo, int64_t hi,
                      const std::function<bool(int64_t)>& fits, std::vector<BatchTry>* tried) {
@@ -206,7 +208,7 @@ std::string BatchChoice::line() const {
 }
 
 BatchChoice batch_size_find(Setup& s, const std::set<std::string>& given, const BatchTrial& trial,
-                            const BatchAgree& agree) {
+                            const BatchAgree& agree, const BatchSay& say) {
   const TrainOptions o = s.o;
   BatchChoice c;
   c.mode = o.batch_size_search;
@@ -243,7 +245,19 @@ BatchChoice batch_size_find(Setup& s, const std::set<std::string>& given, const 
       if (first_failure.empty()) first_failure = e.what();
       ok = false;
     }
-    return agree(ok);
+    ok = agree(ok);
+    if (say) {
+      std::string line = "batch size auto: " + std::to_string(rows) +
+                         (rows == 1 ? " row" : " rows") + (W > 1 ? " per replica " : " ") +
+                         (rows == 1 ? (ok ? "fits" : "does not fit") : (ok ? "fit" : "do not fit"));
+      if (ok && peaks.count(rows)) {
+        size_t top = 0;
+        for (size_t p : peaks[rows]) top = std::max(top, p);
+        line += " (peak " + bytes_str(top) + ")";
+      }
+      say(line);
+    }
+    return ok;
   };
   c.replica_rows = batch_search(c.mode, c.lo, c.hi, fits, &c.tried);
   const std::string under = c.limits.empty() ? std::string()

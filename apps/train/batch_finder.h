@@ -62,6 +62,9 @@ using BatchTrial = std::function<void(const Setup& s)>;
 // Every process's verdict on a trial, so all of them search alike (ddp); in one
 // process the verdict itself.
 using BatchAgree = std::function<bool(bool fits)>;
+// Told of each trial as it ends (a line for the user: trials of large batches on
+// CPU devices take a while).
+using BatchSay = std::function<void(const std::string& line)>;
 
 // --batch-size auto's flags, one line each, before anything is allocated: the
 // ones that only shape the search need it; it does not combine with
@@ -72,6 +75,6 @@ void batch_auto_check(const TrainOptions& o, const std::set<std::string>& given,
 // Finds the size, and leaves `s` set up for it (setup_batch) and every device's
 // cap as it was. Throws one line when not even the smallest batch fits.
 BatchChoice batch_size_find(Setup& s, const std::set<std::string>& given, const BatchTrial& trial,
-                            const BatchAgree& agree);
+                            const BatchAgree& agree, const BatchSay& say = {});
 
 }  // namespace fanout::train

@@ -526,7 +526,10 @@ int train_run(TrainOptions options, const std::set<std::string>& given, std::str
       group->all_reduce_host(&failed, 1);
       return failed == 0;
     };
-    choice = batch_size_find(s, given, batch_trial, agree);
+    auto say = [&](const std::string& line) {
+      if (main_rank && !o.json) std::printf("%s\n", line.c_str()), std::fflush(stdout);
+    };
+    choice = batch_size_find(s, given, batch_trial, agree, say);
   }
   // From here on files are written, by rank 0 alone, in a directory it owns.
   std::optional<RunDirLock> lock;

@@ -106,6 +106,14 @@ TEST_CASE("batch-size auto keeps exactly the largest batch that fits the cap les
   for (const nlohmann::json& t : found["tried"])
     if (t["rows_per_replica"] == rows + 1) next_failed = !t["fits"].get<bool>();
   CHECK(next_failed);
+  // A line per trial as it ends.
+  CHECK(lines_with(r.out, "batch size auto: ").size() == found["tried"].size());
+  CHECK(
+      lines_with(r.out, "batch size auto: " + std::to_string(rows) + " rows per replica fit (peak ")
+          .size() == 1);
+  CHECK(lines_with(r.out,
+                   "batch size auto: " + std::to_string(rows + 1) + " rows per replica do not fit")
+            .size() == 1);
 
   // Under the reduced cap, the batch found trains and one more row per replica does not.
   const std::string reduced = std::to_string(limit);
