@@ -74,6 +74,9 @@ void DataParallel::params_to_host(float* values) {
 void DataParallel::gather_master() {
   if (options_.strategy == Strategy::dp || options_.strategy == Strategy::zero3) return;
   if (primary().working_params().raw() == primary().params().raw()) return;
+  // New weights are whole in the primary's master until the next forward sends
+  // them out; the replicas' shards are older.
+  if (sync_ == Sync::master) return;
   std::vector<Tensor> params;
   for (auto& r : replicas_) params.push_back(r->params());
   gather_shards(params);

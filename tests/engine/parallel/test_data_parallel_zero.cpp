@@ -244,3 +244,19 @@ TEST_CASE("zero3 refuses whole-weight access with one line") {
   auto& model = dynamic_cast<models::LlamaModel&>(dp->primary());
   CHECK_THROWS_WITH_AS(model.param("model.norm.weight"), doctest::Contains("sharded"), Error);
 }
+
+TEST_CASE("the weights read back before the first step are the ones given, in every mode") {
+  // New weights sit whole in the primary's master until the next forward sends
+  // them out: reading them back must not gather the replicas' older shards.
+  const models::LlamaConfig config = small_test_config();
+  const std::vector<float> init = models::LlamaModel::random_params(config, 7);
+  for (DType working : {DType::f32, DType::bf16}) {
+    for (Strategy s : {Strategy::dp, Strategy::zero1, Strategy::zero2, Strategy::zero3}) {
+      CAPTURE(std::string(dtype_name(working)));
+      CAPTURE(std::string(parallel::strategy_name(s)));
+      std::unique_ptr<DataParallel> dp = make_dp(options("cpu:0,cpu:1", s), config, working);
+      CHECK(params_of(*dp) == init);
+      CHECK(params_of(*dp) == init);  // and again: the read changed nothing
+    }
+  }
+}
