@@ -134,16 +134,22 @@ void add_device_flags(TrainFlags& f, train::TrainOptions& o) {
 void add_optimisation_flags(TrainFlags& f, train::TrainOptions& o) {
   // batch
   {  // A number, or auto: the rows per step found by trial steps (batch_finder.h).
-    CLI::Option* batch = f.cmd->add_option(
-        "--batch-size", o.batch_size,
+    CLI::Option* batch = f.cmd->add_option_function<std::string>(
+        "--batch-size",
+        [&o](const std::string& text) {
+          o.batch_size_auto = text == "auto";
+          if (!o.batch_size_auto)
+            o.batch_size = parse_whole_number(text, 1, kMaxCount, "--batch-size");
+        },
         "Global rows per step, or auto: the largest batch that fits the devices, found by a few "
         "trial steps before the run (each device's memory less --batch-size-margin)");
-    batch->capture_default_str()->type_name("NUMBER|auto");
-    batch->transform(CLI::Validator(
-        [&o](std::string& text) {
-          o.batch_size_auto = text == "auto";
-          if (o.batch_size_auto) text = "1";  // the rows come from the search
-          return number_in<int64_t>(1, kMaxCount)(text);
+    batch->default_str(std::to_string(o.batch_size))->type_name("NUMBER|auto");
+    batch->check(CLI::Validator(
+        [](std::string& text) {
+          if (text == "auto") return std::string();
+          std::string why = number_in<int64_t>(1, kMaxCount)(text);
+          if (!why.empty() && why.back() == ')') why.insert(why.size() - 1, " or auto");
+          return why;
         },
         ""));
     f.opts->emplace_back("batch-size", batch);

@@ -240,7 +240,11 @@ TEST_CASE("batch-size auto refuses what it cannot do in one line, before writing
   refused({"--batch-size", "auto", "--batch-size-search", "linear"},
           "--batch-size-search must be power or binsearch, got 'linear'");
   refused({"--batch-size", "auto", "--batch-size-margin", "0.95"}, "--batch-size-margin");
-  refused({"--batch-size", "autos"}, "--batch-size");
+  refused({"--batch-size", "autos"},
+          "--batch-size: 'autos' is not a whole number (expected "
+          "1..1000000000 or auto)");
+  refused({"--batch-size", "auto", "--batch-size", "8"},
+          "--batch-size given twice (auto and 8); give it once");
   refused({"--offload", "gpu"}, "--offload must be optimizer");
   refused({"--offload", "optimizer", "--pp", "2"},
           "--offload optimizer works with --strategy dp, zero1, zero2 or zero3; a --pp grid");
