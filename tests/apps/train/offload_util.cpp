@@ -1,5 +1,7 @@
 #include "tests/apps/train/offload_util.h"
 
+#include <doctest/doctest.h>
+
 #include <cstring>
 
 namespace fanout::test::offload {
@@ -75,6 +77,26 @@ Steps run_steps(const Run& r, const Batch& b, int steps) {
 
 size_t live(Allocator& a, MemTag tag) {
   return a.stats().tag(tag).live;
+}
+
+HostLive host_live() {
+  Allocator& host = host_allocator();
+  return {live(host, MemTag::optimizer), live(host, MemTag::params), live(host, MemTag::grads)};
+}
+
+void check_host_holds(const HostLive& before, bool offload, int64_t P) {
+  const HostLive now = host_live();
+  const size_t n = sizeof(float) * static_cast<size_t>(P);
+  CHECK(now.optimizer - before.optimizer == (offload ? 2 * n : 0));
+  CHECK(now.params - before.params == (offload ? n : 0));
+  CHECK(now.grads - before.grads == (offload ? n : 0));
+}
+
+void check_host_back(const HostLive& before) {
+  const HostLive now = host_live();
+  CHECK(now.optimizer == before.optimizer);
+  CHECK(now.params == before.params);
+  CHECK(now.grads == before.grads);
 }
 
 }  // namespace fanout::test::offload

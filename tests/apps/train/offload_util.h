@@ -71,4 +71,15 @@ Steps run_steps(const Run& r, const Batch& b, int steps);
 // Bytes of `tag` live on `a`.
 size_t live(Allocator& a, MemTag tag);
 
+// The host allocator's live bytes of the tags an offloaded optimizer uses.
+struct HostLive {
+  size_t optimizer = 0, params = 0, grads = 0;
+};
+HostLive host_live();
+// CHECKs against `before`: offloaded, the host holds m and v, the fp32 master and
+// the gradients' landing buffer of P parameters on top; otherwise nothing more.
+void check_host_holds(const HostLive& before, bool offload, int64_t P);
+// CHECKs: every byte given back.
+void check_host_back(const HostLive& before);
+
 }  // namespace fanout::test::offload

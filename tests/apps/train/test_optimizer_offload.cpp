@@ -130,10 +130,7 @@ TEST_CASE("offloaded AdamW state lives in host memory, none of it on the devices
     for (bool offload : {false, true}) {
       CAPTURE(std::string(strategy_name(strategy)));
       CAPTURE(offload);
-      Allocator& host = host_allocator();
-      const size_t host_opt0 = live(host, MemTag::optimizer);
-      const size_t host_params0 = live(host, MemTag::params);
-      const size_t host_grads0 = live(host, MemTag::grads);
+      const HostLive host0 = host_live();
       std::vector<size_t> dev_opt0;
       for (int i = 0; i < n; ++i)
         dev_opt0.push_back(live(allocator_for(cpu_device(i)), MemTag::optimizer));
@@ -142,7 +139,7 @@ TEST_CASE("offloaded AdamW state lives in host memory, none of it on the devices
         const int64_t P = t->layout().total();
         const size_t state_bytes = 2 * sizeof(float) * static_cast<size_t>(P);
         // Lazy: nothing before the first step (Note [Lazy optimizer state]).
-        CHECK(live(host, MemTag::optimizer) == host_opt0);
+        CHECK(host_live().optimizer == host0.optimizer);
         train_step(*t, batch, 1);
         // Per device: the elements of its shards and their number (one norm
         // scratch float each).
@@ -160,19 +157,10 @@ TEST_CASE("offloaded AdamW state lives in host memory, none of it on the devices
           on_devices += got;
         }
         CHECK(on_devices >= (offload ? 0 : state_bytes));
-        if (offload) {
-          CHECK(live(host, MemTag::optimizer) - host_opt0 == state_bytes);
-          CHECK(live(host, MemTag::params) - host_params0 == sizeof(float) * P);
-          CHECK(live(host, MemTag::grads) - host_grads0 == sizeof(float) * P);
-        } else {
-          CHECK(live(host, MemTag::optimizer) == host_opt0);
-          CHECK(live(host, MemTag::params) == host_params0);
-        }
+        check_host_holds(host0, offload, P);
       }
       // All given back with the run.
-      CHECK(live(host, MemTag::optimizer) == host_opt0);
-      CHECK(live(host, MemTag::params) == host_params0);
-      CHECK(live(host, MemTag::grads) == host_grads0);
+      check_host_back(host0);
     }
   }
 }

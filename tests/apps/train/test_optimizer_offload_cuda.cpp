@@ -129,7 +129,6 @@ TEST_CASE("an offloaded shard updated in many chunks on cuda:0 gives the same bi
 TEST_CASE("offloaded AdamW state on cuda:0 lives in host memory, the norm scratch on the GPU") {
   const Batch batch;
   Allocator& gpu = allocator_for(cuda_device(0));
-  Allocator& host = host_allocator();
   for (DType working : {DType::f32, DType::bf16}) {
     for (Strategy strategy : kStrategies) {
       for (bool offload : {false, true}) {
@@ -137,17 +136,14 @@ TEST_CASE("offloaded AdamW state on cuda:0 lives in host memory, the norm scratc
         CAPTURE(std::string(strategy_name(strategy)));
         CAPTURE(offload);
         const size_t gpu_opt0 = live(gpu, MemTag::optimizer);
-        const size_t host_opt0 = live(host, MemTag::optimizer);
-        const size_t host_params0 = live(host, MemTag::params);
-        const size_t host_grads0 = live(host, MemTag::grads);
+        const HostLive host0 = host_live();
         {
           auto t = make_training(on_gpu(strategy, working, offload));
           CHECK(t->optimizer().offloaded() == offload);
           const int64_t P = t->layout().total();
-          const size_t state_bytes = 2 * sizeof(float) * static_cast<size_t>(P);
           // Lazy: nothing before the first step (Note [Lazy optimizer state]).
           CHECK(live(gpu, MemTag::optimizer) == gpu_opt0);
-          CHECK(live(host, MemTag::optimizer) == host_opt0);
+          CHECK(host_live().optimizer == host0.optimizer);
           train_step(*t, batch, 1);
           // Both replicas' shards on the one GPU: a norm scratch float each, and
           // without offload their m and v.
@@ -160,20 +156,11 @@ TEST_CASE("offloaded AdamW state on cuda:0 lives in host memory, the norm scratc
           const size_t norms = sizeof(float) * shards;
           CHECK(live(gpu, MemTag::optimizer) - gpu_opt0 ==
                 (offload ? norms : norms + 2 * sizeof(float) * elems));
-          if (offload) {
-            CHECK(live(host, MemTag::optimizer) - host_opt0 == state_bytes);
-            CHECK(live(host, MemTag::params) - host_params0 == sizeof(float) * P);
-            CHECK(live(host, MemTag::grads) - host_grads0 == sizeof(float) * P);
-          } else {
-            CHECK(live(host, MemTag::optimizer) == host_opt0);
-            CHECK(live(host, MemTag::params) == host_params0);
-          }
+          check_host_holds(host0, offload, P);
         }
         // All given back with the run.
         CHECK(live(gpu, MemTag::optimizer) == gpu_opt0);
-        CHECK(live(host, MemTag::optimizer) == host_opt0);
-        CHECK(live(host, MemTag::params) == host_params0);
-        CHECK(live(host, MemTag::grads) == host_grads0);
+        check_host_back(host0);
       }
     }
   }
