@@ -235,8 +235,15 @@ class Run {
         schedule_{s.o.schedule, s.o.lr, s.o.min_lr, s.o.warmup, s.o.steps},
         batch_search_(std::move(batch_search)),
         release_(std::move(release)) {
-    // A resumed run keeps what its search found, unless it searched again.
-    if (s.resume && batch_search_.is_null()) batch_search_ = s.resume->state.batch_search;
+    // A resumed run keeps what its search found while it trains with that batch.
+    const nlohmann::json& found = s.resume ? s.resume->state.batch_search : batch_search_;
+    auto same = [&](const char* key, int64_t v) {
+      const auto it = found.find(key);
+      return it != found.end() && it->is_number_integer() && it->get<int64_t>() == v;
+    };
+    if (batch_search_.is_null() && found.is_object() && same("batch_size", s.o.batch_size) &&
+        same("grad_accum", s.o.grad_accum))
+      batch_search_ = found;
     if (s.resume) {
       t_.optimizer().state_from_host(s.resume->exp_avg, s.resume->exp_avg_sq);
       loader_.set_state(s.resume_data);

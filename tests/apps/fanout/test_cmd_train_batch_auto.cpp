@@ -144,6 +144,13 @@ TEST_CASE("batch-size auto from a checkpoint resumes as the size it finds") {
   CHECK(batch == 8);  // the 24 MiB cap's size (the test above finds it from scratch)
   train_ok({"train", "--resume", from, "--steps", "4", "--out", dir / "b", "--batch-size", "8"});
   check_same_checkpoint(dir / "a/final", dir / "b/final");
+  // What the search found stays with the run while it trains with that batch.
+  train_ok({"train", "--resume", dir / "a/final", "--steps", "5", "--out", dir / "c"});
+  CHECK(state_of(dir / "c/final")["batch_size_search"] ==
+        state_of(dir / "a/final")["batch_size_search"]);
+  train_ok({"train", "--resume", dir / "a/final", "--steps", "5", "--out", dir / "d",
+            "--batch-size", "16", "--grad-accum", "2"});
+  CHECK(!state_of(dir / "d/final").contains("batch_size_search"));
 }
 
 TEST_CASE("batch-size auto accumulates to the global batch size, and power keeps powers of two") {
