@@ -214,6 +214,7 @@ TEST_CASE("the memory table shows each kind and the ratio on a mode's largest de
   base.peaks = {peak("cpu:0", 4096, 8192), peak("cpu:1", 4096, 4096)};
   z3.mode = "zero3";
   z3.peaks = {peak("cpu:0", 1024, 2048), peak("cpu:1", 1024, 4096)};
+  z3.host_bytes = 3 << 20;  // --offload optimizer: on the result's first row
   bf16.mode = "zero3", bf16.precision = "bf16";
   bf16.peaks = {peak("cpu:0", 512, 1024)};
   CHECK(bench_memory_baseline({z3, base}, "fp32") != nullptr);
@@ -221,16 +222,18 @@ TEST_CASE("the memory table shows each kind and the ratio on a mode's largest de
   CHECK(bench_memory_ratio(z3, base) == 0.5);  // cpu:1's 4 KiB over cpu:0's 8 KiB
   std::string t = bench_memory_table({base, z3, bf16});
   CAPTURE(t);
-  for (const char* kind : {"params", "grads", "optimizer", "activations", "comm", "total"})
+  for (const char* kind : {"params", "grads", "optimizer", "activations", "comm", "total", "host"})
     CHECK(t.find(kind) != std::string::npos);
   CHECK(t.find("vs dp") != std::string::npos);
   // The ratio on the row of the largest device, with every kind's bytes before it.
   CHECK(t.find("dp                       cpu:0                4.0 KiB         0 B         0 B"
-               "         0 B         7 B     8.0 KiB  1.00x\n") != std::string::npos);
+               "         0 B         7 B     8.0 KiB  1.00x         0 B\n") != std::string::npos);
+  CHECK(t.find("zero3                    cpu:0                1.0 KiB         0 B         0 B"
+               "         0 B         7 B     2.0 KiB            3.0 MiB\n") != std::string::npos);
   CHECK(t.find("                         cpu:1                1.0 KiB         0 B         0 B"
                "         0 B         7 B     4.0 KiB  0.50x\n") != std::string::npos);
   CHECK(t.find("zero3 bf16               cpu:0                  512 B") != std::string::npos);
-  CHECK(t.find("1.0 KiB  -\n") != std::string::npos);  // no bf16 baseline
+  CHECK(t.find("1.0 KiB  -             0 B\n") != std::string::npos);  // no bf16 baseline
   CHECK(t.find("vs dp (fp32): a mode's largest device total / dp's cpu:0 total, 8.0 KiB") !=
         std::string::npos);
   CHECK(t.find("vs dp (bf16): no ratio, dp did not run in bf16") != std::string::npos);
