@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "apps/data/data_loader.h"
+#include "apps/train/eval_history.h"
 #include "apps/train/memory_check.h"
 #include "apps/train/train_pipeline.h"
 #include "engine/core/check.h"
@@ -78,13 +79,13 @@ void check_memory(const TrainOptions& o, const Setup& s) {
   memory_check_fits(s.config, holders, ask);
 }
 
-data::DataLoader loader(const Setup& s, const data::TokenData& d, int64_t rows) {
-  const TrainOptions& o = s.o;
-  return data::DataLoader(d, rows, o.seq_len, o.packing == "on", o.shuffle, o.seed,
-                          models::kIgnoreIndex);
-}
-
 }  // namespace
+
+data::DataLoader setup_train_loader(const Setup& s, int64_t rows) {
+  const TrainOptions& o = s.o;
+  return data::DataLoader(s.train_data, rows > 0 ? rows : s.micro_rows, o.seq_len,
+                          o.packing == "on", o.shuffle, o.seed, models::kIgnoreIndex);
+}
 
 int64_t setup_replicas(const TrainOptions& o, const Setup& s) {
   if (s.ddp.enabled) return s.ddp.world;
@@ -97,8 +98,12 @@ int64_t setup_min_replica_rows(const TrainOptions& o, const std::set<std::string
 }
 
 int64_t setup_data_rows(const Setup& s) {
-  int64_t rows = loader(s, s.train_data, 1).batches_per_epoch();
-  if (s.has_val) rows = std::min(rows, loader(s, s.val_data, 1).batches_per_epoch());
+  int64_t rows = setup_train_loader(s, 1).batches_per_epoch();
+  if (s.has_val) {
+    const data::DataLoader val(s.val_data, 1, s.o.seq_len, s.o.packing == "on", false, 0,
+                               models::kIgnoreIndex);
+    rows = std::min(rows, val.batches_per_epoch());
+  }
   return rows;
 }
 
@@ -118,7 +123,7 @@ void setup_batch(Setup& s, int64_t batch_size, int64_t grad_accum,
   prepare_pipeline(o, s, given);
   check_memory(o, s);
   // Constructing loaders checks that the data holds at least one batch.
-  data::DataLoader train_loader = loader(s, s.train_data, s.micro_rows);
+  data::DataLoader train_loader = setup_train_loader(s);
   if (s.resume && !trial) {
     // The position was saved in batches of the checkpoint's geometry; it maps onto
     // this run's only where it falls on a batch boundary (data_loader.h).
@@ -126,7 +131,7 @@ void setup_batch(Setup& s, int64_t batch_size, int64_t grad_accum,
         train_loader.state_from(s.resume->state.data, s.saved_rows_per_batch, s.saved_seq_len);
     train_loader.set_state(s.resume_data);  // the saved position must fit
   }
-  if (s.has_val) loader(s, s.val_data, s.micro_rows);
+  if (s.has_val) held_out_loader(s);
 }
 
 }  // namespace fanout::train

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "apps/data/data_loader.h"
 #include "apps/train/train_options.h"
 #include "apps/train/train_setup.h"
 
@@ -26,6 +27,10 @@ int64_t setup_min_replica_rows(const TrainOptions& o, const std::set<std::string
 // Rows a micro-batch may take from the run's data (the training data, and the
 // held-out data when there is some): the loaders' rows per epoch.
 int64_t setup_data_rows(const Setup& s);
+
+// The run's training batches (its packing, shuffle and seed) of `rows` rows
+// each (0: a micro-batch's), from the data's beginning.
+data::DataLoader setup_train_loader(const Setup& s, int64_t rows = 0);
 
 // Sets s.o.batch_size and s.o.grad_accum, and everything that follows from them;
 // throws fanout::Error for the first that does not fit. `trial`: a finder's trial

@@ -23,6 +23,7 @@
 #include "apps/train/sample_text.h"
 #include "apps/train/schedule.h"
 #include "apps/train/stop_signals.h"
+#include "apps/train/train_batch.h"
 #include "apps/train/train_setup.h"
 #include "apps/train/training.h"
 #include "engine/core/check.h"
@@ -159,8 +160,7 @@ void batch_trial(const Setup& s) {
   InitialWeights initial;
   initial.seed = o.seed;
   Training t(training_options(s, nullptr), initial);
-  data::DataLoader loader(s.train_data, s.micro_rows, o.seq_len, o.packing == "on", o.shuffle,
-                          o.seed, models::kIgnoreIndex);
+  data::DataLoader loader = setup_train_loader(s);
   for (int64_t step = 1; step <= 2; ++step) {
     const data::Batch b = loader.next();  // the rows below point into it
     const parallel::HostBatch rows = s.ddp.batch_rows(b);
@@ -229,8 +229,7 @@ class Run {
         group_(group),
         main_(s.ddp.is_main()),
         kill_step_(kill_step),
-        loader_(s.train_data, s.micro_rows, s.o.seq_len, s.o.packing == "on", s.o.shuffle, s.o.seed,
-                models::kIgnoreIndex),
+        loader_(setup_train_loader(s)),
         history_(s),
         schedule_{s.o.schedule, s.o.lr, s.o.min_lr, s.o.warmup, s.o.steps},
         batch_search_(std::move(batch_search)),
