@@ -311,8 +311,11 @@ void train_ok(const std::vector<std::string>& args) {
   REQUIRE(r.rc == 0);
 }
 
-void check_resume_legs(const TinyRun& run, const std::vector<ResumeLeg>& legs, const Outcome& ref) {
+void check_resume_legs(const TinyRun& run, const std::vector<ResumeLeg>& legs) {
   const std::vector<float> init = weights_all(run.init);
+  const std::string straight = run.dir / "straight";
+  train_ok(concat(run.train_args(straight, 5), {"--devices", "cpu:0"}));
+  const Outcome ref = outcome(straight, init);
   int n = 0;
   for (const ResumeLeg& leg : legs) {
     CAPTURE(n);

@@ -4,12 +4,12 @@
 
 #include <doctest/doctest.h>
 
-#include <fstream>
 #include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "tests/apps/fanout/bench_util.h"
 #include "tests/apps/fanout/cli_runner.h"
 
 using namespace fanout;
@@ -42,11 +42,8 @@ TEST_CASE(
                             "timeout 120");
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
-  std::ifstream in(dir / "b.json");
-  const nlohmann::json rows = nlohmann::json::parse(in)["results"];
-  REQUIRE(rows.size() == 5);  // the one-device baseline, dp, and the three schedules
-  std::map<std::string, nlohmann::json> by_mode;
-  for (const auto& row : rows) by_mode[row["mode"].get<std::string>()] = row;
+  REQUIRE(test::bench_results(dir / "b.json").size() == 5);  // the baseline, dp, 3 schedules
+  std::map<std::string, nlohmann::json> by_mode = test::bench_rows_by_mode(dir / "b.json");
   CHECK(by_mode["dp"]["pipeline"].is_null());
   for (const char* mode : {"pp-gpipe", "pp-1f1b", "pp-zb1"}) {
     CAPTURE(mode);
@@ -85,8 +82,7 @@ TEST_CASE("bench pp rows on one device run a one-stage pipeline, not dp under th
       "timeout 120");
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
-  std::ifstream in(dir / "b.json");
-  const nlohmann::json row = nlohmann::json::parse(in)["results"][1];
+  const nlohmann::json row = test::bench_results(dir / "b.json")[1];
   REQUIRE(row["mode"] == "pp-1f1b");
   CHECK(row["pipeline"]["stages"] == 1);
   CHECK(row["pipeline"]["micro_batches"] == 2);

@@ -8,12 +8,12 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "tests/apps/fanout/bench_util.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/command_util.h"
 
@@ -32,11 +32,6 @@ std::vector<std::string> tiny_bench(const std::vector<std::string>& more) {
 }
 const std::string kTimeout = "timeout 120";
 
-nlohmann::json results_of(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in)["results"];
-}
-
 const nlohmann::json& row_of(const nlohmann::json& rows, const std::string& mode) {
   for (const auto& r : rows)
     if (r["mode"].get<std::string>().rfind(mode, 0) == 0) return r;
@@ -53,7 +48,7 @@ TEST_CASE("bench's ddp row on cpu:0,cpu:0 runs both ranks on cpu:0") {
   CAPTURE(r.out);
   CAPTURE(r.err);
   REQUIRE(r.rc == 0);
-  const nlohmann::json rows = results_of(dir / "b.json");
+  const nlohmann::json rows = test::bench_results(dir / "b.json");
   REQUIRE(rows.size() == 3);  // the baseline, dp, ddp
   CHECK(row_of(rows, "dp")["devices"] == "cpu:0,cpu:0");
   const nlohmann::json& ddp = row_of(rows, "ddp");
@@ -85,7 +80,7 @@ TEST_CASE("bench runs, prints and writes the other rows when one mode fails, and
   CHECK(has(r.out, "\nddp (2 processes)     "));
   CHECK(has(r.out, "fanout fp32 best: "));
   CHECK(has(r.out, "peak bytes per device in the timed steps, by kind"));
-  nlohmann::json rows = results_of(dir / "f.json");
+  nlohmann::json rows = test::bench_results(dir / "f.json");
   REQUIRE(rows.size() == 4);
   CHECK(row_of(rows, "dp")["status"] == "failed");
   CHECK(has(row_of(rows, "dp")["reason"].get<std::string>(), "out of memory on cpu:0"));
@@ -105,7 +100,7 @@ TEST_CASE("bench runs, prints and writes the other rows when one mode fails, and
         "fanout: error: 2 of 3 rows failed (1 device (cpu:0), ddp (2 processes)); each row "
         "above says why\n");
   CHECK(has(r.out, "\nddp (2 processes)            failed  out of memory on cpu:"));
-  rows = results_of(dir / "g.json");
+  rows = test::bench_results(dir / "g.json");
   REQUIRE(rows.size() == 3);
   CHECK(rows[0]["status"] == "failed");
   CHECK(rows[1]["status"] == "ok");
@@ -130,7 +125,7 @@ TEST_CASE("bench --peers skips a peer that cannot run here with its reason and s
   CAPTURE(r.out);
   CAPTURE(r.err);
   CHECK(r.rc == 0);
-  const nlohmann::json rows = results_of(dir / "p.json");
+  const nlohmann::json rows = test::bench_results(dir / "p.json");
   const nlohmann::json& eager = row_of(rows, "PyTorch eager");
   CHECK(eager["peer"] == true);
   CHECK(eager["status"] == "ok");

@@ -5,7 +5,6 @@
 
 #include <doctest/doctest.h>
 
-#include <fstream>
 #include <map>
 #include <string>
 
@@ -13,6 +12,7 @@
 
 #include "models/llama_config.h"
 #include "models/llama_layout.h"
+#include "tests/apps/fanout/bench_util.h"
 #include "tests/apps/fanout/cli_runner.h"
 
 using namespace fanout;
@@ -49,10 +49,7 @@ TEST_CASE("bench tp rows: each of 4 devices holds a quarter of the weights, grad
                             "timeout 300");
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
-  std::ifstream in(dir / "b.json");
-  const nlohmann::json rows = nlohmann::json::parse(in)["results"];
-  std::map<std::string, nlohmann::json> by_mode;
-  for (const auto& row : rows) by_mode[row["mode"].get<std::string>()] = row;
+  std::map<std::string, nlohmann::json> by_mode = test::bench_rows_by_mode(dir / "b.json");
   REQUIRE(by_mode["tp"]["status"] == "ok");
   REQUIRE(by_mode["pp-tp"]["status"] == "ok");
   CHECK(by_mode["tp"]["tensor"] == 4);
@@ -91,10 +88,7 @@ TEST_CASE("bench tp rows: the most tensor ranks the model allows, the rest repli
         "timeout 120");
     INFO(r.out << r.err);
     REQUIRE(r.rc == 0);
-    std::ifstream in(dir / "b.json");
-    const nlohmann::json rows = nlohmann::json::parse(in)["results"];
-    std::map<std::string, nlohmann::json> by_mode;
-    for (const auto& row : rows) by_mode[row["mode"].get<std::string>()] = row;
+    std::map<std::string, nlohmann::json> by_mode = test::bench_rows_by_mode(dir / "b.json");
     const bool four = std::string(devices).size() > 20;
     CHECK(by_mode["tp"]["tensor"] == (four ? 2 : 1));
     CHECK(by_mode["pp-tp"]["tensor"] == (four ? 2 : 1));

@@ -7,7 +7,6 @@
 
 #include <doctest/doctest.h>
 
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 
 #include "engine/core/allocator.h"
 #include "models/llama_config.h"
+#include "tests/apps/fanout/bench_util.h"
 #include "tests/apps/fanout/checkpoint_util.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/launch_util.h"
@@ -113,10 +113,8 @@ TEST_CASE("offload takes AdamW's state off the devices and the host holds it") {
   INFO("stdout: " << r.out << "\nstderr: " << r.err);
   CHECK(r.rc == 1);  // the pipeline row cannot offload
   CHECK(has(r.out, "host"));
-  std::ifstream in(dir / "b.json");
-  const nlohmann::json doc = nlohmann::json::parse(in);
   const int64_t P = models::llama_preset("tiny").num_parameters();
-  for (const nlohmann::json& row : doc["results"]) {
+  for (const nlohmann::json& row : bench_results(dir / "b.json")) {
     const std::string mode = row["mode"];
     CAPTURE(mode);
     if (mode == "pp-1f1b") {
