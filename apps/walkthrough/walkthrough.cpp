@@ -12,6 +12,7 @@
 #include "apps/train/memory_check.h"
 #include "apps/train/training.h"
 #include "apps/walkthrough/walkthrough_ddp.h"
+#include "apps/walkthrough/walkthrough_ddp_run.h"
 #include "apps/walkthrough/walkthrough_narrator.h"
 #include "apps/walkthrough/walkthrough_pipeline.h"
 #include "apps/walkthrough/walkthrough_precision.h"
@@ -210,6 +211,11 @@ void Narrator::run_step(const ModeSpec& spec, train::Training& training, const d
   PhaseTimes all = dp.last_times();
   if (detail) m.update_sent = dp.comm_bytes().replicate - before_update.replicate;
   double step_s = std::chrono::duration<double>(Clock::now() - wall0).count();
+  // What the page draws: this step, until a later one replaces it.
+  m.last_weights_sent = before_update.replicate, m.last_sums_sent = before_update.reduce;
+  m.last_update_sent = dp.comm_bytes().replicate - before_update.replicate;
+  m.last.t0_us = t0, m.last.t1_us = trace.now_us();
+  m.last.spans = spans_between(m.last.t0_us, m.last.t1_us);
   m.losses.push_back(st.loss_sum / static_cast<double>(st.count));
   m.step_ms.push_back(step_s * 1e3);
   if (detail) {
@@ -276,26 +282,33 @@ void Narrator::narrate_update(const ModeSpec& spec, const WalkthroughMode& m, co
   }
 }
 
-void Narrator::time_warm_steps(train::Training& training, data::DataLoader& loader,
-                               WalkthroughMode& m) {
+std::vector<double> time_steps(const WalkthroughOptions& o, train::Training& training,
+                               data::DataLoader& loader, int64_t first_step) {
   // Untraced: recording costs time, and the timelines show the narrated steps.
   Trace::global().set_enabled(false);
   const float lr = training.options().adam.lr;
-  for (int k = 0; k < o_.timing_warmup + o_.timed_steps; ++k) {
+  std::vector<double> ms;
+  for (int k = 0; k < o.timing_warmup + o.timed_steps; ++k) {
     data::Batch b = loader.next();
     parallel::HostBatch hb{b.B, b.T, b.inputs.data(), b.targets.data()};
     auto t0 = Clock::now();
-    training.step(hb, static_cast<double>(b.counted()), o_.steps + k + 1, lr, 1.0);
+    training.step(hb, static_cast<double>(b.counted()), first_step + k, lr, 1.0);
     double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (k >= o_.timing_warmup) m.timed_ms.push_back(step_ms);
+    if (k >= o.timing_warmup) ms.push_back(step_ms);
   }
+  return ms;
+}
+
+void Narrator::time_warm_steps(train::Training& training, data::DataLoader& loader,
+                               WalkthroughMode& m) {
+  m.timed_ms = time_steps(o_, training, loader, o_.steps + 1);
   Trace::global().set_enabled(true);
   line("timing", strf("%d more step%s, untraced, warmed up by the narrated ones%s: median ",
                       o_.timed_steps, o_.timed_steps == 1 ? "" : "s", warmup_str().c_str()) +
                      presentation::step_times_str(presentation::step_times_summarize(m.timed_ms)));
 }
 
-void Narrator::summary(const std::vector<WalkthroughMode>& modes) {
+void Narrator::summary(const std::vector<WalkthroughMode>& modes, const WalkthroughDdp& ddp) {
   out_ << "\n"
        << presentation::text_wrap(
               heading("summary") +
@@ -311,22 +324,26 @@ void Narrator::summary(const std::vector<WalkthroughMode>& modes) {
   t.columns = {{"mode", figure(11), true}, {"median", figure(10)},    {"IQR", figure(17)},
                {"min-max", figure(17)},    {"peak", figure(10)},      {"params", figure(10)},
                {"grads", figure(10)},      {"optimizer", figure(10)}, {"comm", figure(10)}};
-  for (const WalkthroughMode& m : modes) {
-    const presentation::StepTimes st = presentation::step_times_summarize(m.timed_ms);
-    const presentation::DevicePeak& d = m.memory[0];
-    t.rows.push_back({{m.name, strf("%.2f ms", st.median), strf("%.2f-%.2f ms", st.q1, st.q3),
+  auto add = [&](const std::string& name, const std::vector<double>& timed_ms,
+                 const presentation::DevicePeak& d) {
+    const presentation::StepTimes st = presentation::step_times_summarize(timed_ms);
+    t.rows.push_back({{name, strf("%.2f ms", st.median), strf("%.2f-%.2f ms", st.q1, st.q3),
                        strf("%.2f-%.2f ms", st.min, st.max), bytes_str(d.peak_bytes),
                        bytes_str(d.tag(MemTag::params)), bytes_str(d.tag(MemTag::grads)),
                        bytes_str(d.tag(MemTag::optimizer)), bytes_str(d.tag(MemTag::comm))},
                       ""});
-  }
+  };
+  for (const WalkthroughMode& m : modes) add(m.name, m.timed_ms, m.memory[0]);
+  const bool ddp_timed = ddp.ran && !ddp.timed_ms.empty() && !ddp.memory.empty();
+  if (ddp_timed) add("ddp", ddp.timed_ms, ddp.memory[0]);
   table(t);
   const int timed =
       modes.empty() ? 0 : presentation::step_times_summarize(modes[0].timed_ms).samples;
-  line("", strf("%d timed step%s per mode after its %d narrated (warm-up) step%s%s; ddp is not "
-                "timed here (computed, not run): fanout bench --modes ddp measures it",
-                timed, timed == 1 ? "" : "s", o_.steps, o_.steps == 1 ? "" : "s",
-                warmup_str().c_str()));
+  line("", strf("%d timed step%s per mode after its %d narrated (warm-up) step%s%s%s", timed,
+                timed == 1 ? "" : "s", o_.steps, o_.steps == 1 ? "" : "s", warmup_str().c_str(),
+                ddp_timed ? "; ddp's ranks are threads of this process here"
+                          : "; ddp is not timed here (computed, not run): fanout bench --modes "
+                            "ddp measures it"));
 }
 
 }  // namespace walk
@@ -381,18 +398,25 @@ WalkthroughResult walkthrough_run(const WalkthroughOptions& o, std::ostream& out
     for (std::string_view name : kModes)
       result.modes.push_back(narrator.run(*parallel::mode_find(name), result.modes));
   }
-  // Computed, not run: one process per device would leave this one.
+  // Computed, then run with the ranks as threads of this process where it can.
   const int ddp_index = static_cast<int>(result.modes.size()) + 1;
   result.ddp = walk::ddp_step_compute(narrator.parameters(), static_cast<int>(o.devices.size()),
                                       o.batch_size, o.bucket_mb);
+  try {
+    walk::ddp_step_run(o, narrator.data(), result.ddp);
+  } catch (const Error& e) {
+    // No loopback, a port that cannot be bound: the section stays computed.
+    result.ddp.ran = false;
+    result.ddp.refused = std::string("its ranks could not start here (") + e.what() + ")";
+  }
   walk::ddp_narrate(o, result.ddp, result.modes, ddp_index, out);
   // Not traced: the trace shows the modes.
   result.precision = walk::walkthrough_precision(o, narrator.data(), ddp_index + 1, out);
   result.pipeline = walk::walkthrough_pipeline(o, narrator.data(), result.modes[0].losses.at(0),
-                                               ddp_index + 2, out);
+                                               ddp_index + 2, out, result.schedules);
   result.tensor = walk::walkthrough_tensor(o, narrator.data(), result.modes[0].losses.at(0),
                                            ddp_index + 3, out);
-  narrator.summary(result.modes);
+  narrator.summary(result.modes, result.ddp);
   if (!o.trace_path.empty()) {
     std::vector<TraceSpan> spans = Trace::global().spans();
     Trace::global().write(o.trace_path);

@@ -19,6 +19,7 @@
 #include "apps/presentation/step_times.h"
 #include "engine/core/allocator.h"
 #include "engine/core/device.h"
+#include "engine/core/trace.h"
 #include "models/llama_config.h"
 
 namespace fanout::walkthrough {
@@ -44,6 +45,13 @@ struct WalkthroughOptions {
   std::string trace_path;  // the Perfetto trace of every mode; empty: not written
 };
 
+// One step as the page draws it (walkthrough_html.h): the engine's byte counters
+// and the trace spans over [t0_us, t1_us], the last narrated step of a section.
+struct WalkthroughStepTrace {
+  std::vector<TraceSpan> spans;
+  int64_t t0_us = 0, t1_us = 0;
+};
+
 // The figures one mode's narration quoted.
 struct WalkthroughMode {
   std::string name;                              // dp-output, dp, dp-overlap, zero1, zero2, zero3
@@ -65,6 +73,9 @@ struct WalkthroughMode {
   // gradient sums, and weights sent by the update (zero1/2's all-gather).
   int64_t weights_sent = 0, sums_sent = 0, update_sent = 0;
   int64_t gather_forward = 0, gather_backward = 0;  // zero3: what the units predict
+  // The last narrated step: its comm_bytes() (as above) and its spans.
+  int64_t last_weights_sent = 0, last_sums_sent = 0, last_update_sent = 0;
+  WalkthroughStepTrace last;
 };
 
 // One run of the precision section: a strategy in one precision, two steps on the
@@ -82,7 +93,7 @@ struct WalkthroughPrecisionRun {
 
 // The ddp section's figures (walkthrough_ddp.h): one step of `fanout launch
 // --nproc-per-node W -- train --strategy ddp` on this model and batch, computed
-// (the walkthrough stays in one process) as ProcessGroup::bytes_sent() counts them.
+// as ProcessGroup::bytes_sent() counts them, then run where it can be.
 struct WalkthroughDdp {
   int world = 1;
   int64_t parameters = 0, grad_bytes = 0;  // P, and P*4 bytes of fp32 gradients
@@ -98,6 +109,16 @@ struct WalkthroughDdp {
   int64_t ring_formula = 0;     // 2(W-1)/W x grad_bytes, the whole buffer in one ring
   int64_t start_broadcast = 0;  // rank 0's weights to each rank once, before step 1
   int64_t host_sum_bytes = 0;   // the loss and stop flags summed as doubles, per step
+  // The same step run for real (walkthrough_ddp_run.h): the ranks as threads of
+  // this process, each with its own Gloo group over the loopback; `refused` says
+  // why not when it could not run (CUDA devices, one device).
+  std::string refused;
+  bool ran = false;
+  std::vector<int64_t> measured_sent;  // per rank: ProcessGroup::bytes_sent() over the last step
+  std::vector<double> losses;          // per step, the global batch's
+  std::vector<presentation::DevicePeak> memory;  // per distinct device
+  std::vector<double> timed_ms;                  // warm, untraced steps
+  WalkthroughStepTrace last;                     // the last narrated step's spans
 };
 
 // The pipeline section's figures (walkthrough_pipeline.h): one 1F1B step.
@@ -109,6 +130,10 @@ struct WalkthroughPipeline {
   double loss = 0, dp_loss = 0;  // this step's, and dp's on the same batch and weights
   int64_t boundary_bytes = 0;    // hidden states and their gradients between stages
   std::vector<presentation::DevicePeak> memory;  // per distinct device
+  std::string schedule = "1f1b";                 // gpipe, 1f1b, zb1
+  std::vector<Device> devices;                   // stage s on devices[s]
+  std::vector<double> timed_ms;                  // warm, untraced steps
+  WalkthroughStepTrace last;                     // the traced step
 };
 
 // The tensor-parallel section's figures (walkthrough_tensor.h): one --tp step.
@@ -124,6 +149,9 @@ struct WalkthroughTensor {
   int64_t bytes_expected = 0, bytes_moved = 0;
   double loss = 0, dp_loss = 0;
   std::vector<presentation::DevicePeak> memory;  // per distinct device
+  std::vector<Device> devices;                   // rank t on devices[t]
+  std::vector<double> timed_ms;                  // warm, untraced steps
+  WalkthroughStepTrace last;                     // the traced step
 };
 
 struct WalkthroughResult {
@@ -132,12 +160,15 @@ struct WalkthroughResult {
   WalkthroughDdp ddp;
   // fp32, bf16, bf16 + --grad-comm bf16 for dp, then for zero1.
   std::vector<WalkthroughPrecisionRun> precision;
-  WalkthroughPipeline pipeline;
+  WalkthroughPipeline pipeline;  // 1F1B, narrated
+  // Every schedule (gpipe, 1f1b, zb1) on the same devices, each one traced step.
+  std::vector<WalkthroughPipeline> schedules;
   WalkthroughTensor tensor;
 };
 
-// Runs the six modes in order, narrates a ddp step (computed, not run), then the
-// precision section (not traced) and the summary of warm step times, writing
+// Runs the six modes in order, narrates a ddp step (computed, then run with the
+// ranks as threads on CPU devices), then the precision section (not traced), the
+// pipeline schedules, tensor parallelism and the summary of warm step times, writing
 // the narration to `out`. Takes over the process-wide trace recorder while it runs
 // (cleared first, then recording every mode; left disabled) and writes
 // options.trace_path at the end if set.

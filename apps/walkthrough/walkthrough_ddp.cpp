@@ -46,6 +46,38 @@ void narrate_steps(Prose& p, const char* what, const std::vector<std::vector<Rin
   }
 }
 
+// What the real run (walkthrough_ddp_run.h) measured beside the computed
+// figures, or why the step was only computed.
+void narrate_run(Prose& p, const WalkthroughDdp& d, const std::vector<WalkthroughMode>& done) {
+  if (!d.ran) {
+    if (!d.refused.empty()) p.line("run", "this step was computed, not run: " + d.refused);
+    return;
+  }
+  std::string sent, losses;
+  bool same = true;
+  for (size_t r = 0; r < d.measured_sent.size(); ++r) {
+    sent += strf("%sr%zu %lld", r ? ", " : "", r, (long long)d.measured_sent[r]);
+    same = same && d.measured_sent[r] == d.sent_per_rank;
+  }
+  for (size_t s = 0; s < d.losses.size(); ++s) losses += strf("%s%.5f", s ? ", " : "", d.losses[s]);
+  p.line("measured",
+         strf("the same step, run for real: each rank a thread of this process with its own "
+              "Training and its own Gloo group over the loopback (fanout launch makes them "
+              "processes; the engine's code is the same). Gloo counted the bytes each rank sent in "
+              "the last step: %s, %s the %lld computed above",
+              sent.c_str(), same ? "exactly" : "against", (long long)d.sent_per_rank));
+  const WalkthroughMode* faithful = find(done, "dp-output");
+  std::string theirs;
+  if (faithful)
+    for (size_t s = 0; s < faithful->losses.size() && s < d.losses.size(); ++s)
+      theirs += strf("%s%.5f", s ? ", " : "", faithful->losses[s]);
+  p.more(theirs.empty()
+             ? strf("its losses per step: %s", losses.c_str())
+             : strf("its losses per step, %s, against dp-output's %s: the same model, weights "
+                    "and batches, the rows split across processes instead of replicas",
+                    losses.c_str(), theirs.c_str()));
+}
+
 }  // namespace
 
 int64_t ring_all_reduce_bytes(int64_t elements, int64_t elem_bytes, int world) {
@@ -105,13 +137,13 @@ void ddp_narrate(const WalkthroughOptions& o, const WalkthroughDdp& d,
   const long long P = d.parameters, G = d.grad_bytes;
   out << "\n";
   p.title(strf("%d. ddp: one process per device, gradients all-reduced in a ring", index));
-  p.more(strf(
-      "`fanout launch --nproc-per-node %d -- train --strategy ddp --devices %s` starts %d "
-      "process%s (ranks), rank r on device r of %s. Computed, not run: the walkthrough stays in "
-      "one process, so these bytes are what ProcessGroup::bytes_sent() would count in such a run "
-      "(fanout bench --modes ddp measures it)",
-      W, o.devices[0].is_cpu() ? "cpu" : "cuda", W, W == 1 ? "" : "es",
-      devices_str(o.devices).c_str()));
+  p.more(
+      strf("`fanout launch --nproc-per-node %d -- train --strategy ddp --devices %s` starts %d "
+           "process%s (ranks), rank r on device r of %s. First computed: these bytes are what "
+           "ProcessGroup::bytes_sent() counts in such a run; then, on CPU devices, run with the "
+           "ranks as threads of this process (fanout bench --modes ddp measures real processes)",
+           W, o.devices[0].is_cpu() ? "cpu" : "cuda", W, W == 1 ? "" : "es",
+           devices_str(o.devices).c_str()));
   // What each process holds.
   std::string rows;
   for (int r = 0; r < W; ++r) {
@@ -132,6 +164,7 @@ void ddp_narrate(const WalkthroughOptions& o, const WalkthroughDdp& d,
            (long long)o.batch_size, o.batch_size == 1 ? "" : "s", rows.c_str()));
   if (W == 1) {
     p.line("sends", "nothing: one rank's gradients are already the whole batch's");
+    narrate_run(p, d, done);
     return;
   }
   p.more(
@@ -195,6 +228,7 @@ void ddp_narrate(const WalkthroughOptions& o, const WalkthroughDdp& d,
              "may cut the chunks finer to pipeline them; the bytes are the same",
              2 * (W - 1)));
   }
+  narrate_run(p, d, done);
   // Against the in-process modes measured above.
   const WalkthroughMode* faithful = find(done, "dp-output");
   const WalkthroughMode* z1 = find(done, "zero1");

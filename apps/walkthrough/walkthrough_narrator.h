@@ -33,6 +33,11 @@ std::string us_ms(int64_t us);
 std::string shape(std::initializer_list<int64_t> dims);
 // Spans that began in [t0, t1].
 std::vector<TraceSpan> spans_between(int64_t t0, int64_t t1);
+// o.timing_warmup untraced steps of `training` on the loader's next batches
+// (numbered from `first_step`), then o.timed_steps timed ones: their wall
+// times in milliseconds. Leaves the recorder disabled.
+std::vector<double> time_steps(const WalkthroughOptions& o, train::Training& training,
+                               data::DataLoader& loader, int64_t first_step);
 // Total microseconds of the spans called `name` on `lane`.
 int64_t span_us(const std::vector<TraceSpan>& spans, const std::string& lane,
                 const std::string& name);
@@ -59,7 +64,8 @@ class Narrator : public Prose {
   const data::TokenData& data() const { return data_; }
   void intro();
   WalkthroughMode run(const ModeSpec& spec, const std::vector<WalkthroughMode>& done);
-  void summary(const std::vector<WalkthroughMode>& modes);
+  // The modes' warm step times and memory; ddp's too when it ran.
+  void summary(const std::vector<WalkthroughMode>& modes, const WalkthroughDdp& ddp);
 
  private:
   std::string dev(int r) const { return o_.devices[r].str(); }

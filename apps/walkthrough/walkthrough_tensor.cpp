@@ -5,8 +5,10 @@
 
 #include "apps/data/data_loader.h"
 #include "apps/train/training.h"
+#include "apps/walkthrough/walkthrough_narrator.h"
 #include "apps/walkthrough/walkthrough_prose.h"
 #include "engine/core/check.h"
+#include "engine/core/trace.h"
 #include "engine/parallel/grid.h"
 #include "models/llama_tensor.h"
 
@@ -79,12 +81,21 @@ WalkthroughTensor walkthrough_tensor(const WalkthroughOptions& o, const data::To
     tokens = b.B * b.T;
     parallel::HostBatch hb{b.B, b.T, b.inputs.data(), b.targets.data()};
     const int64_t moved = training.pipeline().bytes_moved();
+    Trace& trace = Trace::global();
+    const bool was = trace.enabled();
+    trace.set_enabled(true);
+    r.last.t0_us = trace.now_us();
     const train::Training::StepResult done =
         training.step(hb, static_cast<double>(b.counted()), 1, options.adam.lr, 1.0);
+    r.last.t1_us = trace.now_us();
+    r.last.spans = spans_between(r.last.t0_us, r.last.t1_us);
     r.loss = done.loss.loss_sum / static_cast<double>(done.loss.count);
     r.bytes_moved = training.pipeline().bytes_moved() - moved;
+    r.memory = presentation::device_peaks_above(distinct, before);
+    r.timed_ms = time_steps(o, training, loader, 2);
+    trace.set_enabled(was);
   }
-  r.memory = presentation::device_peaks_above(distinct, before);
+  r.devices = devices;
   for (int t = 0; t < T; ++t) r.holds.push_back(holds(o.config, T, t));
   r.all_reduce_bytes = tokens * o.config.hidden_size * 4;
   r.all_reduces = 4 * static_cast<int>(o.config.num_hidden_layers) + 2;

@@ -159,7 +159,7 @@ TEST_CASE("the ddp narration quotes the step's figures") {
   auto has = [&](const std::string& what) { return flat.find(what) != std::string::npos; };
   CHECK(has("7. ddp: one process per device"));
   CHECK(has("fanout launch --nproc-per-node 3 -- train --strategy ddp"));
-  CHECK(has("Computed, not run"));
+  CHECK(has("First computed"));
   CHECK(has("r0 rows [0, 2), r1 rows [2, 4), r2 rows [4, 5)"));
   CHECK(has("its own AdamW m and v (3681280 bytes, 2*P*4)"));
   // 7 buckets of 65536 elements and one of 1408, each rounded down on its own.
