@@ -7,8 +7,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -18,15 +20,18 @@
 #include "apps/fanout/commands.h"
 #include "apps/train/train_options.h"
 #include "apps/walkthrough/walkthrough.h"
+#include "apps/walkthrough/walkthrough_html.h"
+#include "apps/walkthrough/walkthrough_page.h"
 #include "engine/core/check.h"
 #include "engine/core/cuda_runtime.h"
 #include "engine/core/file_io.h"
+#include "models/llama_config.h"
 
 namespace fanout::app {
 
 namespace {
 struct WalkthroughArgs {
-  std::string devices, trace = "walkthrough-trace.json";
+  std::string devices, trace = "walkthrough-trace.json", html, preset;
   int64_t batch_size = 5, seq_len = 32;
   int steps = 2, timed_steps = 5;
   bool no_color = false, wide = false;
@@ -45,10 +50,38 @@ std::string default_devices() {
   return "cpu:0,cpu:1";
 }
 
+// Note [Replacing an existing output]: over an existing file only when it is a
+// page fanout wrote, and never the trace the same run writes.
+OutputRules html_output_rules(const std::string& trace) {
+  OutputRules rules;
+  rules.inputs = {trace};
+  rules.kind = "an HTML page written by fanout";
+  rules.same_kind = [](const std::string& path) {
+    return file_starts_with(path, std::string(kWrittenByFanout) + "<!DOCTYPE html>");
+  };
+  return rules;
+}
+
+// The command line that makes the same page, for the page to show.
+std::string command_line(const WalkthroughArgs& a, const walkthrough::WalkthroughOptions& o) {
+  std::string s = "fanout walkthrough --devices " + devices_str(o.devices);
+  if (!a.preset.empty()) s += " --preset " + a.preset;
+  s += " --batch-size " + std::to_string(a.batch_size) + " --seq-len " + std::to_string(a.seq_len) +
+       " --steps " + std::to_string(a.steps) + " --timed-steps " + std::to_string(a.timed_steps) +
+       " --trace " + a.trace + " --html " + a.html;
+  return s;
+}
+
 int run_walkthrough(const WalkthroughArgs& a, bool devices_given) {
   walkthrough::WalkthroughOptions o;
   o.devices = devices_parse(devices_given ? a.devices : default_devices());
   devices_check_available(o.devices);
+  if (!a.preset.empty()) {
+    const std::vector<std::string> names = models::llama_preset_names();
+    FANOUT_CHECK(std::find(names.begin(), names.end(), a.preset) != names.end(), "--preset ",
+                 a.preset, ": not a preset (choose tiny, small or seed)");
+    o.config = models::llama_preset(a.preset);
+  }
   o.batch_size = a.batch_size, o.seq_len = a.seq_len, o.steps = a.steps;
   o.timed_steps = a.timed_steps;
   FANOUT_CHECK(a.batch_size > 0, "--batch-size must be positive, got ", a.batch_size);
@@ -56,10 +89,27 @@ int run_walkthrough(const WalkthroughArgs& a, bool devices_given) {
   FANOUT_CHECK(a.steps > 0, "--steps must be positive, got ", a.steps);
   // Before the run: a FIFO, device, symlink or directory is refused, not replaced.
   file_check_output(a.trace, "--trace");
+  if (!a.html.empty()) {
+    std::error_code ec;
+    const std::filesystem::path html = std::filesystem::weakly_canonical(a.html, ec);
+    FANOUT_CHECK(ec || html != std::filesystem::weakly_canonical(a.trace, ec),
+                 "--html and --trace name the same file: ", a.html);
+    file_check_output(a.html, "--html", html_output_rules(a.trace));
+  }
   o.trace_path = a.trace;
   o.color = !a.no_color && isatty(fileno(stdout)) && std::getenv("NO_COLOR") == nullptr;
   o.width = a.wide ? 0 : data::terminal_columns();
-  walkthrough::walkthrough_run(o, std::cout);
+  const walkthrough::WalkthroughResult r = walkthrough::walkthrough_run(o, std::cout);
+  if (!a.html.empty()) {
+    const std::string page = walkthrough::walkthrough_html(
+        walkthrough::walkthrough_sections(r, o),
+        walkthrough::walkthrough_page_info(o, r.parameters, command_line(a, o)));
+    // The mark goes before the doctype: HTML allows a comment there (no quirks mode).
+    file_write_atomic(a.html, std::string(kWrittenByFanout) + page, "--html",
+                      html_output_rules(a.trace));
+    std::cout << "\n  page: " << a.html << " (" << bytes_str(page.size())
+              << "), one section per mode with its devices, bytes and timeline\n";
+  }
   std::cout.flush();
   return 0;
 }
@@ -82,6 +132,15 @@ Command add_walkthrough_command(CLI::App& app) {
              "Warm, untraced steps per mode whose median and spread the summary compares", 1,
              static_cast<int>(train::kMaxCount));
   cmd->add_option("--trace", a->trace, "Where to write the Perfetto trace")->capture_default_str();
+  cmd->add_option("--html", a->html,
+                  "Also write the run as one self-contained HTML page: each mode's devices, what "
+                  "they hold, the bytes moved and the step's timeline (a new file, or a page "
+                  "fanout wrote before)")
+      ->type_name("FILE.html")
+      ->check(not_empty());
+  cmd->add_option("--preset", a->preset,
+                  "The model: tiny, small or seed (default: tiny cut to 2 layers)")
+      ->check(not_empty());
   cmd->add_flag("--no-color", a->no_color, "Plain text, no ANSI colours");
   cmd->add_flag("--wide", a->wide,
                 "Prose at 110 columns and every table whole (by default the output fits the "

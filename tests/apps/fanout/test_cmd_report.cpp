@@ -6,15 +6,11 @@
 
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 
-#include "tests/apps/fanout/command_util.h"
+#include "tests/apps/fanout/chromium_util.h"
 #include "tests/apps/fanout/train_util.h"
 #include "tests/apps/presentation/svg_check_util.h"
 
@@ -26,63 +22,6 @@ namespace fs = std::filesystem;
 std::string read(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// Decodes an 8-bit RGB/RGBA PNG with zlib (no PIL) and prints
-// "WIDTH HEIGHT COLOURS NON_WHITE_FRACTION".
-const char* const kPngStats = R"(import sys, zlib, struct
-data = open(sys.argv[1], 'rb').read()
-assert data[:8] == b'\x89PNG\r\n\x1a\n', 'not a PNG'
-pos, idat = 8, b''
-while pos < len(data):
-    n, kind = struct.unpack('>I4s', data[pos:pos + 8])
-    body = data[pos + 8:pos + 8 + n]
-    if kind == b'IHDR':
-        w, h, depth, ctype = struct.unpack('>IIBB', body[:10])
-    elif kind == b'IDAT':
-        idat += body
-    pos += 12 + n
-assert depth == 8 and ctype in (2, 6), 'unsupported PNG %d/%d' % (depth, ctype)
-bpp = 3 if ctype == 2 else 4
-raw, stride = zlib.decompress(idat), w * bpp
-prev, rows, at = bytearray(stride), [], 0
-for y in range(h):
-    f, line = raw[at], bytearray(raw[at + 1:at + 1 + stride])
-    at += 1 + stride
-    for i in range(stride):
-        a = line[i - bpp] if i >= bpp else 0
-        b = prev[i]
-        c = prev[i - bpp] if i >= bpp else 0
-        if f == 1: line[i] = (line[i] + a) & 255
-        elif f == 2: line[i] = (line[i] + b) & 255
-        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
-        elif f == 4:
-            p = a + b - c
-            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-    rows.append(line)
-    prev = line
-colours, non_white, seen = set(), 0, 0
-for y in range(0, h, 3):
-    row = rows[y]
-    for x in range(0, w, 3):
-        px = bytes(row[x * bpp:x * bpp + 3])
-        colours.add(px)
-        non_white += px != b'\xff\xff\xff'
-        seen += 1
-print(w, h, len(colours), '%.4f' % (non_white / seen))
-)";
-
-// Processes whose command line mentions `marker` (our Chromium's profile folder).
-int processes_mentioning(const std::string& marker) {
-  int n = 0;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string pid = e.path().filename().string();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = read(e.path().string() + "/cmdline");
-    if (cmd.find(marker) != std::string::npos && std::to_string(::getpid()) != pid) ++n;
-  }
-  return n;
 }
 
 // A short real run with a trace, as a user makes one.
@@ -124,55 +63,25 @@ TEST_CASE("report of a trained run renders in headless Chromium") {
   CHECK(has(page, "<h3>Bench: bench.json</h3>"));
   CHECK(has(page, "from " + tmp / "run/final/trainer_state.json"));
 
-  const char* chromium = "/usr/bin/chromium";
-  if (::access(chromium, X_OK) != 0) {
-    // CI installs it (third_party/install_deps.sh): there a missing browser is a failure.
-    if (std::getenv("CI")) FAIL("chromium is not installed (third_party/install_deps.sh)");
-    MESSAGE("skipped the rendering: " << chromium << " is not installed");
-    return;
-  }
-  const std::string profile = tmp / "chromium-profile";
-  auto browse = [&](const std::vector<std::string>& what, const std::string& log) {
-    std::vector<std::string> args = {"/usr/bin/timeout",
-                                     "-k",
-                                     "5",
-                                     "90",
-                                     chromium,
-                                     "--headless",
-                                     "--no-sandbox",
-                                     "--disable-gpu",
-                                     "--hide-scrollbars",
-                                     "--no-first-run",
-                                     "--user-data-dir=" + profile};
-    args.insert(args.end(), what.begin(), what.end());
-    args.push_back("file://" + tmp / "report.html");
-    Command c(args, {"HOME=" + tmp.path}, log);
-    return c.wait(120);  // the destructor kills whatever of its group is left
-  };
+  if (!chromium_ready()) return;
+  const std::string url = "file://" + tmp / "report.html";
   const std::string png = tmp / "report.png";
-  CHECK(browse({"--screenshot=" + png, "--window-size=1200,1600"}, tmp / "shot.log") == 0);
+  CHECK(chromium_run(tmp, {"--screenshot=" + png, "--window-size=1200,1600"}, url,
+                     tmp / "shot.log") == 0);
   REQUIRE_MESSAGE(fs::exists(png), read(tmp / "shot.log"));
   CHECK(fs::file_size(png) > 20000);
-  const std::string script = tmp / "png_stats.py";
-  std::ofstream(script) << kPngStats;
-  Command stats({"/usr/bin/python3", script, png}, {}, tmp / "stats.log");
-  REQUIRE(stats.wait(60) == 0);
-  std::istringstream in(stats.output());
-  int w = 0, h = 0, colours = 0;
-  double non_white = 0;
-  in >> w >> h >> colours >> non_white;
-  INFO("png stats: " << stats.output());
-  CHECK(w == 1200);
-  CHECK(h == 1600);
-  CHECK(colours >= 8);      // text, axes and several series colours
-  CHECK(non_white > 0.02);  // the charts drew, not a blank page
-  CHECK(non_white < 0.9);   // nor a page of one colour
+  const PngStats stats = png_stats(tmp, png);
+  CHECK(stats.width == 1200);
+  CHECK(stats.height == 1600);
+  CHECK(stats.colours >= 8);      // text, axes and several series colours
+  CHECK(stats.non_white > 0.02);  // the charts drew, not a blank page
+  CHECK(stats.non_white < 0.9);   // nor a page of one colour
   // The rendered DOM holds the curves' SVG: a path per series.
-  CHECK(browse({"--dump-dom"}, tmp / "dom.log") == 0);
+  CHECK(chromium_run(tmp, {"--dump-dom"}, url, tmp / "dom.log") == 0);
   const std::string dom = read(tmp / "dom.log");
   CHECK(count_of(dom, "<svg") >= 3);
   CHECK(count_of(dom, "class=\"series\"") + count_of(dom, "class='series'") >= 6);
-  CHECK(processes_mentioning(profile) == 0);
+  CHECK(chromium_left_running(tmp) == 0);
 }
 
 TEST_CASE("report errors are one line and write nothing") {
