@@ -565,6 +565,14 @@ step_e2e() {
   figure="$(grep -m1 '^batch size auto' "$work/log" | cut -c1-160)"
   train_row "fanout train --devices $dev,$dev --batch-size auto --device-memory 64MiB"
   rm -rf "$work/auto"
+  # The walkthrough's page from two replicas on the device: every mode through the
+  # same code as on CPU devices, the page itself brought back beside the summary.
+  run "$work/log" 180 10 "$fanout" walkthrough --devices "$dev,$dev" --timed-steps 2 \
+    --trace "$work/walkthrough-trace.json" --html "$out/walkthrough.html"
+  figure="$(grep -m1 '^ *page: ' "$work/log" | sed 's/^ *//' | cut -c1-160)"
+  [ "$rc" -ne 0 ] || [ -n "$figure" ] || rc=1 figure="no page written"
+  check_row 3 "fanout walkthrough --devices $dev,$dev --html OUT/walkthrough.html" e2e.txt \
+    "fanout walkthrough --devices $dev,$dev --html" "$figure"
 
   # bf16 mixed precision (cuBLASLt, the attention the run names, the fused
   # classifier): the big preset learns, and two replicas in every mode track one

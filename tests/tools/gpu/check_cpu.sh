@@ -38,6 +38,7 @@ rows=(
   "| 3 | cpu:0,cpu:0 --strategy dp --offload optimizer = cpu:0 | passed"
   "| 3 | cpu:0,cpu:0 --strategy zero3 --offload optimizer = cpu:0 | passed"
   "| 3 | fanout train --devices cpu:0,cpu:0 --batch-size auto --device-memory 64MiB | passed"
+  "| 3 | fanout walkthrough --devices cpu:0,cpu:0 --html OUT/walkthrough.html | passed"
   "| 3 | fanout launch --nproc-per-node 1 -- train --strategy ddp = cpu:0 | passed"
   "| 4 | fanout bench --devices cpu:0" "| 5 | compute-sanitizer --tool memcheck | skipped"
   "| 5 | compute-sanitizer --tool racecheck | skipped"
@@ -52,6 +53,7 @@ grep -qE '^\| 2 \| CPU twin: test_rmsnorm.cpp \| passed \| ([1-9][0-9]*)/\1 test
 ! grep -qE '\| (failed|not reached) \|' "$summary" || fail "a row failed or was not reached"
 [ "$(grep -c '| passed |' "$summary")" -ge 15 ] || fail "fewer than 15 passed rows"
 [ -s "$tmp/out/bench.json" ] || fail "no bench.json"
+grep -q '<section class="mode" id="zero3">' "$tmp/out/walkthrough.html" || fail "no walkthrough page"
 n=$(find "$tmp/out" -mindepth 1 | wc -l)
 [ "$n" -le 8 ] || fail "$n entries in the out folder, at most 8"
 [ -z "$(find "$tmp/out" -mindepth 1 -type d)" ] || fail "a folder in the out folder (checkpoints?)"
