@@ -83,22 +83,9 @@ const char* kind_color(MemTag t) {
 
 // What the page calls each allocator tag.
 const char* kind_name(MemTag t) {
-  switch (t) {
-    case MemTag::params:
-      return "weights";
-    case MemTag::grads:
-      return "gradients";
-    case MemTag::optimizer:
-      return "optimizer";
-    case MemTag::activations:
-      return "activations";
-    case MemTag::comm:
-      return "comm";
-    case MemTag::data:
-      return "data";
-    default:
-      return "other";
-  }
+  if (t == MemTag::params) return "weights";
+  if (t == MemTag::grads) return "gradients";
+  return mem_tag_name(t);
 }
 
 const std::vector<MemTag>& drawn_tags() {

@@ -74,22 +74,36 @@ PageMove move(std::string kind, std::string what, std::vector<int> from, std::ve
   return m;
 }
 
+// A section for mode `name` on `devices`: its anchor, heading and flags.
+PageSection section_named(const std::string& name, const std::vector<Device>& devices) {
+  PageSection s;
+  s.id = s.name = name;
+  s.title = title_of(name, name);
+  s.flags = flags_of(name, devices);
+  return s;
+}
+
+// What every section draws the same way: the memory, the step, its throughput.
+void set_step(PageSection& s, const WalkthroughOptions& o,
+              const std::vector<presentation::DevicePeak>& memory, const WalkthroughStepTrace& step,
+              int number, const std::vector<double>& timed_ms, double loss) {
+  s.memory = memory;
+  s.step = step;
+  s.step_number = number;
+  s.tokens_per_step = o.batch_size * o.seq_len;
+  s.timed_ms = timed_ms;
+  s.loss = loss;
+}
+
 const char* const kCounted = "DataParallel::comm_bytes() over the step";
 
 PageSection data_parallel(const WalkthroughMode& m, const WalkthroughOptions& o) {
-  PageSection s;
-  s.id = s.name = m.name;
-  s.title = title_of(m.name, m.name);
-  s.flags = flags_of(m.name, o.devices);
+  PageSection s = section_named(m.name, o.devices);
   const size_t n = o.devices.size();
   for (size_t r = 0; r < n; ++r)
     s.boxes.push_back({strf("replica %zu", r), o.devices[r].str(), r == 0 ? "primary" : ""});
-  s.memory = m.memory;
-  s.step = m.last;
-  s.step_number = static_cast<int>(m.losses.size());
-  s.tokens_per_step = o.batch_size * o.seq_len;
-  s.timed_ms = m.timed_ms;
-  s.loss = m.losses.empty() ? 0 : m.losses.back();
+  set_step(s, o, m.memory, m.last, static_cast<int>(m.losses.size()), m.timed_ms,
+           m.losses.empty() ? 0 : m.losses.back());
   const int64_t T = o.seq_len, V = o.config.vocab_size;
   const std::string split = "rows x tokens x 4 bytes, the engine's split of the batch";
   const std::vector<int> others = boxes_except(n, 0);
@@ -171,22 +185,15 @@ PageSection data_parallel(const WalkthroughMode& m, const WalkthroughOptions& o)
 }
 
 PageSection ddp_section(const WalkthroughDdp& d, const WalkthroughOptions& o) {
-  PageSection s;
-  s.id = s.name = "ddp";
-  s.title = title_of("ddp", "ddp");
-  s.flags = flags_of("ddp", o.devices);
+  PageSection s = section_named("ddp", o.devices);
   const size_t n = static_cast<size_t>(d.world);
   std::vector<int64_t> rows;
   for (size_t r = 0; r < n; ++r) {
     s.boxes.push_back({strf("process %zu", r), o.devices[r].str(), r == 0 ? "rank 0" : ""});
     rows.push_back(r < d.rows.size() ? d.rows[r].second : 0);
   }
-  s.memory = d.memory;
-  s.step = d.last;
-  s.step_number = static_cast<int>(d.losses.size());
-  s.tokens_per_step = o.batch_size * o.seq_len;
-  s.timed_ms = d.timed_ms;
-  s.loss = d.losses.empty() ? 0 : d.losses.back();
+  set_step(s, o, d.memory, d.last, static_cast<int>(d.losses.size()), d.timed_ms,
+           d.losses.empty() ? 0 : d.losses.back());
   s.moves.push_back(scatter(rows, o.seq_len, true, "each process reads its own rows"));
   const std::vector<int> all = all_boxes(n);
   if (d.ran) {
@@ -214,21 +221,12 @@ PageSection ddp_section(const WalkthroughDdp& d, const WalkthroughOptions& o) {
 }
 
 PageSection pipeline_section(const WalkthroughPipeline& p, const WalkthroughOptions& o) {
-  PageSection s;
-  s.name = "pp-" + p.schedule;
-  s.id = s.name;
-  s.title = title_of(s.name, s.name);
-  s.flags = flags_of(s.name, p.devices);
+  PageSection s = section_named("pp-" + p.schedule, p.devices);
   const size_t K = p.devices.size();
   for (size_t k = 0; k < K; ++k)
     s.boxes.push_back({strf("stage %zu", k), p.devices[k].str(),
                        k == 0 ? "embedding first" : (k + 1 == K ? "head last" : "")});
-  s.memory = p.memory;
-  s.step = p.last;
-  s.step_number = 1;
-  s.tokens_per_step = o.batch_size * o.seq_len;
-  s.timed_ms = p.timed_ms;
-  s.loss = p.loss;
+  set_step(s, o, p.memory, p.last, 1, p.timed_ms, p.loss);
   const int64_t ids = o.batch_size * o.seq_len * 4;
   s.moves.push_back(move("scatter", "token ids to the first stage, targets to the last",
                          {PageMove::kHost}, {0, static_cast<int>(K) - 1}, 2 * ids,
@@ -260,19 +258,11 @@ PageSection pipeline_section(const WalkthroughPipeline& p, const WalkthroughOpti
 }
 
 PageSection tensor_section(const WalkthroughTensor& t, const WalkthroughOptions& o) {
-  PageSection s;
-  s.id = s.name = "tp";
-  s.title = title_of("tp", "tensor parallelism");
-  s.flags = flags_of("tp", t.devices);
+  PageSection s = section_named("tp", t.devices);
   for (size_t k = 0; k < t.devices.size(); ++k)
     s.boxes.push_back(
         {strf("rank %zu", k), t.devices[k].str(), strf("1/%d of each matrix", t.ranks)});
-  s.memory = t.memory;
-  s.step = t.last;
-  s.step_number = 1;
-  s.tokens_per_step = o.batch_size * o.seq_len;
-  s.timed_ms = t.timed_ms;
-  s.loss = t.loss;
+  set_step(s, o, t.memory, t.last, 1, t.timed_ms, t.loss);
   const std::vector<int> all = all_boxes(t.devices.size());
   s.moves.push_back(move("scatter", "token ids and targets, the whole batch to each rank",
                          {PageMove::kHost}, all,

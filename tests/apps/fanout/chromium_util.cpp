@@ -19,11 +19,6 @@ namespace fs = std::filesystem;
 
 const char* const kChromium = "/usr/bin/chromium";
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Decodes an 8-bit RGB/RGBA PNG with zlib (no PIL) and prints
 // "WIDTH HEIGHT COLOURS NON_WHITE_FRACTION".
 const char* const kPngStats = R"(import sys, zlib, struct
@@ -146,7 +141,7 @@ int chromium_left_running(const TempDir& tmp) {
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string pid = e.path().filename().string();
     if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = read(e.path().string() + "/cmdline");
+    std::string cmd = read_text(e.path().string() + "/cmdline");
     if (cmd.find(marker) != std::string::npos && std::to_string(::getpid()) != pid) ++n;
   }
   return n;
@@ -175,10 +170,10 @@ std::vector<std::string> chromium_layout_report(const TempDir& tmp, const std::s
   std::vector<std::string> lines;
   if (chromium_run(tmp, {"--allow-file-access-from-files", "--dump-dom"}, "file://" + check, log) !=
       0) {
-    lines.push_back("error: chromium failed: " + read(log));
+    lines.push_back("error: chromium failed: " + read_text(log));
     return lines;
   }
-  const std::string dom = read(log);
+  const std::string dom = read_text(log);
   const size_t at = dom.find("<pre id=\"result\">");
   const size_t end = dom.find("</pre>", at);
   if (at == std::string::npos || end == std::string::npos) {

@@ -54,6 +54,11 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path, ec);
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 std::string make_temp_dir(const std::string& prefix) {
   std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
   char* p = mkdtemp(tmpl.data());

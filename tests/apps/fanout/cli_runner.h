@@ -48,6 +48,9 @@ inline constexpr bool kSanitized = false;
 #endif
 
 // Whether `part` occurs in `text`.
+// The whole file at `path` ("" when it cannot be read).
+std::string read_text(const std::string& path);
+
 inline bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }

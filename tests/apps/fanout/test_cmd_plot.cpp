@@ -18,11 +18,6 @@ using namespace fanout::test;
 namespace {
 namespace fs = std::filesystem;
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // A run directory with `steps` logged steps on two devices and an evaluation every 5.
 void make_run(const std::string& dir, int steps, double offset) {
   fs::create_directories(dir);
@@ -45,7 +40,7 @@ TEST_CASE("plot overlays three runs with one legend entry each") {
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
   CHECK(has(r.out, "plot of 3 runs written to"));
-  const std::string svg = read(tmp / "all.svg");
+  const std::string svg = read_text(tmp / "all.svg");
   CHECK(xml_problem(svg) == "");
   CHECK(count_of(svg, "<path") == 3);
   CHECK(texts_of_class(svg, "legend") == std::vector<std::string>{"dp", "zero1", "ddp"});
@@ -53,7 +48,7 @@ TEST_CASE("plot overlays three runs with one legend entry each") {
   r = run_fanout({"plot", tmp / "dp", tmp / "zero1", tmp / "ddp", "--out", tmp / "all.svg",
                   "--labels", "a,b,c"});
   REQUIRE(r.rc == 0);
-  const std::string all = read(tmp / "all.svg");
+  const std::string all = read_text(tmp / "all.svg");
   CHECK(xml_problem(all) == "");
   // loss + held-out, lr, tokens/s per run; memory per run and device
   CHECK(count_of(all, "<path") == 3 * 2 + 3 + 3 + 3 * 2);
@@ -106,7 +101,7 @@ TEST_CASE("train leaves curves.svg in its run directory, also when stopped early
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
   CHECK(has(r.out, "curves written to " + out + "/curves.svg"));
-  const std::string svg = read(out + "/curves.svg");
+  const std::string svg = read_text(out + "/curves.svg");
   CHECK(xml_problem(svg) == "");
   // training + held-out loss, lr, tokens/s, one memory series per device
   CHECK(count_of(svg, "<path") == 6);
@@ -117,7 +112,7 @@ TEST_CASE("train leaves curves.svg in its run directory, also when stopped early
   r = run_fanout({"plot", out, "--out", out + "/curves.svg", "--metric", "loss"});
   INFO("stderr: " << r.err);
   CHECK(r.rc == 0);
-  CHECK(has(read(out + "/curves.svg"), "fanout runs: run"));  // plot's title, not train's
+  CHECK(has(read_text(out + "/curves.svg"), "fanout runs: run"));  // plot's title, not train's
 
   // --json keeps stdout's last line JSON: curves are written without a message.
   const std::string json_out = tmp / "json";
@@ -137,7 +132,7 @@ TEST_CASE("train leaves curves.svg in its run directory, also when stopped early
   CHECK(r.err_lines() == 1);
   CHECK(has(r.err, "stopped before updating the weights"));
   CHECK(fs::exists(nan_out + "/curves.svg"));
-  CHECK_FALSE(has_non_finite_coordinate(read(nan_out + "/curves.svg")));
+  CHECK_FALSE(has_non_finite_coordinate(read_text(nan_out + "/curves.svg")));
   // curves.svg is a run's own file: --resume auto still takes the directory (starts fresh).
   r = train_cli({"--config", f.config, "--data", f.data, "--devices", "cpu:0", "--batch-size", "2",
                  "--seq-len", "16", "--steps", "2", "--resume", "auto", "--out", nan_out});

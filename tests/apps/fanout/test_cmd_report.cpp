@@ -19,11 +19,6 @@ using namespace fanout::test;
 namespace {
 namespace fs = std::filesystem;
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // A short real run with a trace, as a user makes one.
 void train_run(const TrainFiles& f, const std::string& out) {
   fs::create_directories(out);
@@ -57,7 +52,7 @@ TEST_CASE("report of a trained run renders in headless Chromium") {
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
   CHECK(has(r.out, "report of 1 run written to"));
-  const std::string page = read(tmp / "report.html");
+  const std::string page = read_text(tmp / "report.html");
   CHECK(xml_problem(page) == "");
   CHECK(has(page, "<h3>Trace: trace.json</h3>"));
   CHECK(has(page, "<h3>Bench: bench.json</h3>"));
@@ -68,7 +63,7 @@ TEST_CASE("report of a trained run renders in headless Chromium") {
   const std::string png = tmp / "report.png";
   CHECK(chromium_run(tmp, {"--screenshot=" + png, "--window-size=1200,1600"}, url,
                      tmp / "shot.log") == 0);
-  REQUIRE_MESSAGE(fs::exists(png), read(tmp / "shot.log"));
+  REQUIRE_MESSAGE(fs::exists(png), read_text(tmp / "shot.log"));
   CHECK(fs::file_size(png) > 20000);
   const PngStats stats = png_stats(tmp, png);
   CHECK(stats.width == 1200);
@@ -78,7 +73,7 @@ TEST_CASE("report of a trained run renders in headless Chromium") {
   CHECK(stats.non_white < 0.9);   // nor a page of one colour
   // The rendered DOM holds the curves' SVG: a path per series.
   CHECK(chromium_run(tmp, {"--dump-dom"}, url, tmp / "dom.log") == 0);
-  const std::string dom = read(tmp / "dom.log");
+  const std::string dom = read_text(tmp / "dom.log");
   CHECK(count_of(dom, "<svg") >= 3);
   CHECK(count_of(dom, "class=\"series\"") + count_of(dom, "class='series'") >= 6);
   CHECK(chromium_left_running(tmp) == 0);

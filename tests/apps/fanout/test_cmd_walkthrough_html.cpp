@@ -15,14 +15,7 @@
 
 using namespace fanout::test;
 
-namespace {
 namespace fs = std::filesystem;
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-}  // namespace
 
 TEST_CASE("walkthrough --html writes one page for the tiny preset on two CPU devices") {
   TempDir tmp("fanout-walkthrough-page");
@@ -36,7 +29,7 @@ TEST_CASE("walkthrough --html writes one page for the tiny preset on two CPU dev
   INFO("stderr: " << r.err);
   REQUIRE(r.rc == 0);
   CHECK(has(r.out, "page: " + html));
-  const std::string page = read(html);
+  const std::string page = read_text(html);
   CHECK(page.rfind(std::string(fanout::kWrittenByFanout) + "<!DOCTYPE html>", 0) == 0);
   CHECK(page.size() < 2u << 20);
   CHECK(xml_problem(page) == "");
@@ -72,7 +65,7 @@ TEST_CASE("walkthrough --html refuses bad outputs in one line, before the run") 
     CHECK_FALSE(fs::exists(tmp / "t.json"));
   };
   refused({"--html", tmp / "notes.html"}, "notes.html");
-  CHECK(read(tmp / "notes.html") == "mine\n");
+  CHECK(read_text(tmp / "notes.html") == "mine\n");
   refused({"--html", tmp / "missing/walk.html"}, "missing");
   refused({"--html", tmp.path}, tmp.path);
   refused({"--html", tmp / "t.json"}, "--html and --trace name the same file");

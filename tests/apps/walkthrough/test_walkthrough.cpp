@@ -30,6 +30,7 @@
 #include "models/llama_layout.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/file_limit_util.h"
+#include "tests/apps/walkthrough/walkthrough_util.h"
 #include "tests/engine/core/file_node_util.h"
 
 using namespace fanout;
@@ -38,22 +39,8 @@ using namespace fanout::walkthrough;
 
 namespace {
 
-// The narration wraps long lines: compare with every line break and the indent
-// after it read as one space.
-std::string unwrapped(const std::string& text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '\n') {
-      out += text[i];
-      continue;
-    }
-    out += ' ';
-    while (i + 1 < text.size() && text[i + 1] == ' ') ++i;
-  }
-  return out;
-}
 bool has(const std::string& text, const std::string& what) {
-  return unwrapped(text).find(what) != std::string::npos;
+  return test::unwrapped(text).find(what) != std::string::npos;
 }
 
 const WalkthroughMode& mode(const WalkthroughResult& r, const std::string& name) {

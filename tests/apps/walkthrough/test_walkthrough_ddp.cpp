@@ -15,6 +15,7 @@
 #include "apps/bench/bench.h"
 #include "apps/walkthrough/walkthrough_ddp.h"
 #include "models/llama_layout.h"
+#include "tests/apps/walkthrough/walkthrough_util.h"
 #include "tests/engine/distributed/rendezvous_test_util.h"
 
 using namespace fanout;
@@ -144,17 +145,7 @@ TEST_CASE("the ddp narration quotes the step's figures") {
   WalkthroughDdp d = walk::ddp_step_compute(P, 3, 5, o.bucket_mb);
   std::ostringstream text;
   walk::ddp_narrate(o, d, {}, 7, text);
-  std::string s = text.str();
-  // The narration wraps lines: read every break and the indent after it as one space.
-  std::string flat;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '\n') {
-      flat += s[i];
-      continue;
-    }
-    flat += ' ';
-    while (i + 1 < s.size() && s[i + 1] == ' ') ++i;
-  }
+  const std::string flat = test::unwrapped(text.str());
   CAPTURE(flat);
   auto has = [&](const std::string& what) { return flat.find(what) != std::string::npos; };
   CHECK(has("7. ddp: one process per device"));

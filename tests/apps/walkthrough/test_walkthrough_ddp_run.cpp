@@ -22,6 +22,7 @@
 #include "engine/parallel/strategy.h"
 #include "models/llama_layout.h"
 #include "models/llama_model.h"
+#include "tests/apps/walkthrough/walkthrough_util.h"
 
 using namespace fanout;
 using namespace fanout::walkthrough;
@@ -69,17 +70,7 @@ std::vector<double> one_device_losses(const WalkthroughOptions& o, const data::T
 std::string narration(const WalkthroughOptions& o, const WalkthroughDdp& d) {
   std::ostringstream text;
   walk::ddp_narrate(o, d, {}, 7, text);
-  const std::string s = text.str();
-  std::string flat;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '\n') {
-      flat += s[i];
-      continue;
-    }
-    flat += ' ';
-    while (i + 1 < s.size() && s[i + 1] == ' ') ++i;
-  }
-  return flat;
+  return test::unwrapped(text.str());
 }
 
 }  // namespace

@@ -30,16 +30,12 @@
 using namespace fanout;
 using namespace fanout::walkthrough;
 using test::count_of;
+using test::read_text;
 using test::xml_problem;
 
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 // What the DOM shows of one section.
 struct Drawn {
@@ -154,7 +150,7 @@ TEST_CASE("the walkthrough page shows the engine's counters, in Chromium's DOM")
   std::ofstream(tmp / "walk.html") << page;
   REQUIRE(test::chromium_run(tmp, {"--dump-dom"}, "file://" + tmp / "walk.html", tmp / "dom.log") ==
           0);
-  const std::map<std::string, Drawn> drawn = drawn_sections(read(tmp / "dom.log"));
+  const std::map<std::string, Drawn> drawn = drawn_sections(read_text(tmp / "dom.log"));
   CHECK(drawn.size() == sections.size());
   for (const PageSection& s : sections) {
     CAPTURE(s.id);
