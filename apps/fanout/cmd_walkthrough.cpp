@@ -62,13 +62,25 @@ OutputRules html_output_rules(const std::string& trace) {
   return rules;
 }
 
+// `word` as a POSIX shell reads it back: as it is when it is plain, else in
+// single quotes.
+std::string shell_word(const std::string& word) {
+  const bool plain = !word.empty() && word.find_first_not_of(
+                                          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                          "0123456789_./:,=+-") == std::string::npos;
+  if (plain) return word;
+  std::string q = "'";
+  for (char c : word) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
 // The command line that makes the same page, for the page to show.
 std::string command_line(const WalkthroughArgs& a, const walkthrough::WalkthroughOptions& o) {
   std::string s = "fanout walkthrough --devices " + devices_str(o.devices);
-  if (!a.preset.empty()) s += " --preset " + a.preset;
+  if (!a.preset.empty()) s += " --preset " + shell_word(a.preset);
   s += " --batch-size " + std::to_string(a.batch_size) + " --seq-len " + std::to_string(a.seq_len) +
        " --steps " + std::to_string(a.steps) + " --timed-steps " + std::to_string(a.timed_steps) +
-       " --trace " + a.trace + " --html " + a.html;
+       " --trace " + shell_word(a.trace) + " --html " + shell_word(a.html);
   return s;
 }
 

@@ -43,6 +43,8 @@ TEST_CASE("walkthrough --html writes one page for the tiny preset on two CPU dev
   CHECK(has(page, "Llama, 4 layers"));
   CHECK(has(page, "&lt;b&gt;runs &amp; &#39;more&#39;/&lt;script&gt;x&amp;y.json"));
   CHECK_FALSE(has(page, "<b>runs"));
+  // The command that made it, quoted as a shell reads it back.
+  CHECK(has(page, "--trace &#39;" + tmp.path + "/&lt;b&gt;runs &amp; &#39;\\&#39;&#39;more"));
   CHECK(fs::exists(trace));
   // Its own page is replaced by the next run.
   r = run_fanout(args);
