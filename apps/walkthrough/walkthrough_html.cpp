@@ -270,6 +270,11 @@ std::string summary_table(const std::vector<PageSection>& sections) {
       << "</td></tr>\n";
   }
   o << "</table>\n";
+  for (const PageSection& s : sections)
+    if (s.name == "ddp" && s.step_number > 0)
+      o << "<p class=\"caption\">ddp's ranks ran here as threads of this process, each "
+           "with its own Gloo connection over the loopback, on the same cores as the others: "
+           "fanout bench --modes ddp times real processes.</p>\n";
   return o.str();
 }
 
@@ -407,13 +412,18 @@ std::string diagram_svg(const PageSection& s, double scale_bytes) {
         << "shares " << h(box.device) << "'s memory</text>\n";
       continue;
     }
+    // A piece of the bar per kind (none for 0 bytes), its bytes in data and title.
     double at = x + 8;
     for (MemTag t : drawn_tags()) {
       const double w = static_cast<double>(p->tag(t)) / scale_bytes * bar_w;
-      if (w <= 0) continue;
-      o << "<rect x=\"" << c(at) << "\" y=\"" << box_top + 42 << "\" width=\"" << c(w)
-        << "\" height=\"16\" fill=\"" << kind_color(t) << "\"/>";
-      at += w;
+      o << "<g class=\"hold\" data-device=\"" << h(box.device) << "\" data-kind=\"" << kind_name(t)
+        << "\" data-bytes=\"" << p->tag(t) << "\"><title>" << kind_name(t) << " "
+        << h(bytes_str(p->tag(t))) << "</title>";
+      if (w > 0)
+        o << "<rect x=\"" << c(at) << "\" y=\"" << box_top + 42 << "\" width=\"" << c(w)
+          << "\" height=\"16\" fill=\"" << kind_color(t) << "\"/>";
+      o << "</g>";
+      at += std::max(0.0, w);
     }
     o << "<rect x=\"" << x + 8 << "\" y=\"" << box_top + 42 << "\" width=\"" << c(bar_w)
       << "\" height=\"16\" fill=\"none\" stroke=\"#ccc\"/>\n";
@@ -423,11 +433,9 @@ std::string diagram_svg(const PageSection& s, double scale_bytes) {
     for (MemTag t : drawn_tags()) {
       if (!roomy) break;
       const int ty = box_top + 90 + 14 * line;
-      o << "<g class=\"hold\" data-device=\"" << h(box.device) << "\" data-kind=\"" << kind_name(t)
-        << "\" data-bytes=\"" << p->tag(t) << "\"><rect x=\"" << x + 8 << "\" y=\"" << ty - 9
-        << "\" width=\"9\" height=\"9\" fill=\"" << kind_color(t) << "\"/><text x=\"" << x + 22
-        << "\" y=\"" << ty << "\" font-size=\"11\">" << kind_name(t) << " "
-        << h(bytes_str(p->tag(t))) << "</text></g>\n";
+      o << "<rect x=\"" << x + 8 << "\" y=\"" << ty - 9 << "\" width=\"9\" height=\"9\" fill=\""
+        << kind_color(t) << "\"/><text x=\"" << x + 22 << "\" y=\"" << ty << "\" font-size=\"11\">"
+        << kind_name(t) << " " << h(bytes_str(p->tag(t))) << "</text>\n";
       ++line;
     }
   }
@@ -493,7 +501,7 @@ std::string timeline_svg(const PageSection& s) {
   int64_t t0 = s.step.t0_us, t1 = s.step.t1_us;
   for (const TraceSpan& sp : spans) t0 = std::min(t0, sp.begin_us), t1 = std::max(t1, sp.end_us);
   t1 = std::max(t1, t0 + 1);
-  const int label_w = 190, plot_w = kDiagramW - label_w - 20, row_h = 22, top = 26;
+  const int label_w = 190, plot_w = kDiagramW - label_w - 40, row_h = 22, top = 26;
   const int axis_y = top + row_h * static_cast<int>(lanes.size()) + 4;
   std::vector<std::string> phases;
   for (const TraceSpan& sp : spans) {

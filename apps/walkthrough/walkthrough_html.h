@@ -10,8 +10,9 @@
 //
 // The elements a test or a reader's tool can find: <section class="mode"
 // id=NAME>, <g class="move" data-kind data-bytes> holding <text
-// class="bytes">, <g class="hold" data-device data-kind data-bytes>, <g
-// class="lane" data-lane> holding <rect class="span">.
+// class="bytes">, <g class="hold" data-device data-kind data-bytes> (a piece
+// of a device's memory bar), <g class="lane" data-lane> holding <rect
+// class="span">.
 
 #include <string>
 #include <vector>

@@ -4,10 +4,12 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "tests/apps/fanout/command_util.h"
 
@@ -137,12 +139,22 @@ int chromium_run(const TempDir& tmp, const std::vector<std::string>& flags, cons
 
 int chromium_left_running(const TempDir& tmp) {
   const std::string marker = tmp / "chromium-profile";
-  int n = 0;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string pid = e.path().filename().string();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = read_text(e.path().string() + "/cmdline");
-    if (cmd.find(marker) != std::string::npos && std::to_string(::getpid()) != pid) ++n;
+  auto count = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string pid = e.path().filename().string();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string cmd = read_text(e.path().string() + "/cmdline");
+      if (cmd.find(marker) != std::string::npos && std::to_string(::getpid()) != pid) ++n;
+    }
+    return n;
+  };
+  // A helper of Chromium's (its crash handler) may take a moment to go after
+  // the browser has: what counts is that nothing stays.
+  int n = count();
+  for (int i = 0; i < 50 && n > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    n = count();
   }
   return n;
 }

@@ -21,7 +21,8 @@ bool chromium_ready();
 int chromium_run(const TempDir& tmp, const std::vector<std::string>& flags, const std::string& url,
                  const std::string& log);
 
-// Whether any process's command line mentions this test's Chromium profile.
+// How many processes' command lines mention this test's Chromium profile,
+// after up to 5 s for them to go.
 int chromium_left_running(const TempDir& tmp);
 
 struct PngStats {

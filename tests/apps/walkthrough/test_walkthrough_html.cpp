@@ -213,6 +213,35 @@ TEST_CASE("the walkthrough page shows the engine's counters, in Chromium's DOM")
   CHECK(test::chromium_left_running(tmp) == 0);
 }
 
+TEST_CASE("the walkthrough page stays laid out on six devices") {
+  // Boxes too narrow for the kinds' lines: the bars keep each kind's bytes.
+  WalkthroughOptions o;
+  o.devices = devices_parse("cpu:0,cpu:1,cpu:2,cpu:3,cpu:4,cpu:5");
+  o.batch_size = 6;
+  o.steps = 1;
+  o.timed_steps = 1;
+  std::ostringstream text;
+  const WalkthroughResult r = walkthrough_run(o, text);
+  const std::vector<PageSection> sections = walkthrough_sections(r, o);
+  const std::string page = walkthrough_html(sections, walkthrough_page_info(o, r.parameters, "x"));
+  CHECK(xml_problem(page) == "");
+  // Every section on cpu:5 (the pipelines use 4, tensor parallelism 2): its 7 kinds.
+  size_t on_last = 0;
+  for (const PageSection& s : sections)
+    for (const PageBox& b : s.boxes) on_last += b.device == "cpu:5";
+  CHECK(on_last == 7);
+  CHECK(count_of(page, "<g class=\"hold\" data-device=\"cpu:5\"") == 7 * on_last);
+  if (!test::chromium_ready()) return;
+  test::TempDir tmp("fanout-walkthrough-six");
+  std::ofstream(tmp / "walk.html") << page;
+  std::string problems;
+  for (const std::string& line : test::chromium_layout_report(tmp, tmp / "walk.html"))
+    if (line.rfind("cut ", 0) == 0 || line.rfind("overlap ", 0) == 0 || line.rfind("error", 0) == 0)
+      problems += line + "\n";
+  CHECK(problems == "");
+  CHECK(test::chromium_left_running(tmp) == 0);
+}
+
 TEST_CASE("the layout check finds overlapping and cut texts") {
   // The check above must be able to fail.
   if (!test::chromium_ready()) return;
