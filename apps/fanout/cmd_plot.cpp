@@ -42,15 +42,11 @@ std::vector<std::string> split_labels(const std::string& text, size_t runs) {
 // Note [Replacing an existing output]: never a run's own files, and over an
 // existing file only when it is an SVG fanout wrote (plot's, or train's curves.svg).
 OutputRules plot_output_rules(const std::vector<std::string>& runs) {
-  OutputRules rules;
+  std::vector<std::string> inputs;
   for (const std::string& run : runs) {
-    for (std::string& f : train::run_dir_inputs(run)) rules.inputs.push_back(std::move(f));
+    for (std::string& f : train::run_dir_inputs(run)) inputs.push_back(std::move(f));
   }
-  rules.kind = "an SVG written by fanout";
-  rules.same_kind = [](const std::string& path) {
-    return file_starts_with(path, std::string(kWrittenByFanout) + "<svg");
-  };
-  return rules;
+  return written_by_fanout_rules("an SVG written by fanout", "<svg", std::move(inputs));
 }
 
 int run_plot(const PlotArgs& a) {

@@ -26,16 +26,13 @@ struct ReportArgs {
 // metrics, traces, bench files and checkpoints, --bench), and over an existing file
 // only when it is a page fanout wrote.
 OutputRules report_output_rules(const presentation::ReportOptions& o) {
-  OutputRules rules;
+  std::vector<std::string> inputs;
   for (const std::string& run : o.runs) {
-    for (std::string& f : train::run_dir_inputs(run)) rules.inputs.push_back(std::move(f));
+    for (std::string& f : train::run_dir_inputs(run)) inputs.push_back(std::move(f));
   }
-  rules.inputs.insert(rules.inputs.end(), o.bench_files.begin(), o.bench_files.end());
-  rules.kind = "an HTML page written by fanout";
-  rules.same_kind = [](const std::string& path) {
-    return file_starts_with(path, std::string(kWrittenByFanout) + "<!DOCTYPE html>");
-  };
-  return rules;
+  inputs.insert(inputs.end(), o.bench_files.begin(), o.bench_files.end());
+  return written_by_fanout_rules("an HTML page written by fanout", "<!DOCTYPE html>",
+                                 std::move(inputs));
 }
 
 int run_report(ReportArgs a) {

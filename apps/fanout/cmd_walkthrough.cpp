@@ -53,13 +53,7 @@ std::string default_devices() {
 // Note [Replacing an existing output]: over an existing file only when it is a
 // page fanout wrote, and never the trace the same run writes.
 OutputRules html_output_rules(const std::string& trace) {
-  OutputRules rules;
-  rules.inputs = {trace};
-  rules.kind = "an HTML page written by fanout";
-  rules.same_kind = [](const std::string& path) {
-    return file_starts_with(path, std::string(kWrittenByFanout) + "<!DOCTYPE html>");
-  };
-  return rules;
+  return written_by_fanout_rules("an HTML page written by fanout", "<!DOCTYPE html>", {trace});
 }
 
 // `word` as a POSIX shell reads it back: as it is when it is plain, else in

@@ -175,6 +175,17 @@ void file_check_not_input(const std::string& path, std::string_view what,
   }
 }
 
+OutputRules written_by_fanout_rules(std::string kind, std::string head,
+                                    std::vector<std::string> inputs) {
+  OutputRules rules;
+  rules.inputs = std::move(inputs);
+  rules.kind = std::move(kind);
+  rules.same_kind = [prefix = std::string(kWrittenByFanout) + head](const std::string& path) {
+    return file_starts_with(path, prefix);
+  };
+  return rules;
+}
+
 bool file_starts_with(const std::string& path, std::string_view prefix) {
   try {
     const RegularFile file(path);

@@ -61,6 +61,13 @@ struct OutputRules {
 // The first line of the SVG and HTML files fanout writes, by which it knows them again.
 inline constexpr std::string_view kWrittenByFanout = "<!-- written by fanout -->\n";
 
+// Rules for a page or picture fanout writes, whose text starts with
+// kWrittenByFanout then `head` ("<!DOCTYPE html>", "<svg"): an existing file is
+// replaced only when it starts the same way (`kind` names such a file in
+// messages), and never when it is one of `inputs`.
+OutputRules written_by_fanout_rules(std::string kind, std::string head,
+                                    std::vector<std::string> inputs = {});
+
 // Throws unless `path` may receive a result: it does not exist yet (and its folder
 // does) or it is a regular file, and `rules` allow it (Note [Replacing an existing
 // output]). `what` names the flag in messages ("--trace").
