@@ -58,7 +58,8 @@ WalkthroughPipeline pipeline_step(const WalkthroughOptions& o, const data::Token
         training.step(hb, static_cast<double>(b.counted()), 1, options.adam.lr, 1.0);
     r.last.t0_us = t0, r.last.t1_us = trace.now_us();
     r.last.spans = spans_between(r.last.t0_us, r.last.t1_us);
-    r.bubble_measured = presentation::trace_pipeline_bubble(trace.spans(), t0, trace.now_us());
+    r.bubble_measured =
+        presentation::trace_pipeline_bubble(r.last.spans, r.last.t0_us, r.last.t1_us);
     r.loss = done.loss.loss_sum / static_cast<double>(done.loss.count);
     const parallel::Pipeline& pipe = training.pipeline();
     const parallel::ScheduleSim sim = parallel::simulate_schedule(pipe.schedule());
