@@ -35,8 +35,9 @@ std::string ranks_text(const std::vector<int>& rs) {
   for (int runs = 0; i < rs.size() && runs < 8; ++runs) {
     size_t j = i;
     while (j + 1 < rs.size() && rs[j + 1] == rs[j] + 1) ++j;
-    list += (list.empty() ? "" : ", ") + std::to_string(rs[i]) +
-            (j > i ? "-" + std::to_string(rs[j]) : "");
+    if (!list.empty()) list += ", ";
+    list += std::to_string(rs[i]);
+    if (j > i) list.append("-").append(std::to_string(rs[j]));
     i = j + 1;
   }
   if (i < rs.size()) list += " and " + std::to_string(rs.size() - i) + " more";
@@ -78,6 +79,18 @@ Read read_frame(int fd, wire::Frame& f, Clock::time_point deadline, std::string&
     if (n <= 0) return Read::kClosed;
     in.append(chunk.data(), static_cast<size_t>(n));
   }
+}
+
+// The next answer from the master before `deadline`, after the `owed` answers
+// to earlier ranks requests that stopped waiting (they come first: the master
+// answers those at once, in order).
+Read read_answer(int fd, int& owed, wire::Frame& f, Clock::time_point deadline, std::string& why) {
+  while (owed > 0) {
+    Read r = read_frame(fd, f, deadline, why);
+    if (r != Read::kOk) return r;
+    --owed;
+  }
+  return read_frame(fd, f, deadline, why);
 }
 
 }  // namespace
@@ -190,7 +203,7 @@ std::vector<char> Rendezvous::read_reply(std::chrono::milliseconds timeout,
                                          const std::string& key) {
   wire::Frame f;
   std::string why;
-  Read r = read_frame(fd_, f, Clock::now() + timeout, why);
+  Read r = read_answer(fd_, owed_, f, Clock::now() + timeout, why);
   // The master answers a get once another rank has set the key.
   FANOUT_CHECK(r != Read::kTimeout || key.empty(), "rank ", rank_, ": no rank set the key '",
                wire::printable(key), "' within ", timeout.count() / 1000.0, " s");
@@ -216,23 +229,44 @@ std::vector<char> Rendezvous::get(const std::string& key) {
 
 std::optional<std::vector<int>> Rendezvous::rank_list(char request) {
   std::lock_guard<std::mutex> lock(mu_);
-  try {
-    send_request(request, "", {});
-    std::vector<char> v = read_reply(std::chrono::milliseconds(2000));
-    // "2,5": ranks in [0, world); anything else is not what a fanout master says.
-    std::vector<int> out;
-    std::string_view s(v.data(), v.size());
-    while (!s.empty()) {
-      size_t comma = s.find(',');
-      auto r = wire::parse_int(s.substr(0, comma), 0, world_ - 1);
-      if (!r || (comma != std::string_view::npos && comma + 1 == s.size())) return std::nullopt;
-      out.push_back(static_cast<int>(*r));
-      s.remove_prefix(comma == std::string_view::npos ? s.size() : comma + 1);
-    }
-    return out;
-  } catch (...) {
+  bool closed = false;
+  return ask_ranks(request, std::chrono::milliseconds(2000), closed);
+}
+
+std::optional<std::vector<int>> Rendezvous::ask_ranks(char request,
+                                                      std::chrono::milliseconds within,
+                                                      bool& closed) {
+  const std::vector<char> m = wire::frame_encode(request, "", {});
+  if (fd_ < 0 || !write_all(fd_, m.data(), m.size())) {
+    closed = true;
     return std::nullopt;
   }
+  wire::Frame f;
+  std::string why;
+  Read r = read_answer(fd_, owed_, f, Clock::now() + within, why);
+  if (r == Read::kTimeout) ++owed_;
+  closed = r == Read::kClosed;
+  if (r != Read::kOk || f.type != wire::kReply || !f.key.empty()) return std::nullopt;
+  // "2,5": ranks in [0, world); anything else is not what a fanout master says.
+  std::vector<int> out;
+  std::string_view s(f.value.data(), f.value.size());
+  while (!s.empty()) {
+    size_t comma = s.find(',');
+    auto rank = wire::parse_int(s.substr(0, comma), 0, world_ - 1);
+    if (!rank || (comma != std::string_view::npos && comma + 1 == s.size())) return std::nullopt;
+    out.push_back(static_cast<int>(*rank));
+    s.remove_prefix(comma == std::string_view::npos ? s.size() : comma + 1);
+  }
+  return out;
+}
+
+std::optional<std::vector<int>> Rendezvous::dead_ranks_known(std::chrono::milliseconds within) {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;
+  bool closed = false;
+  std::optional<std::vector<int>> dead = ask_ranks(wire::kDead, within, closed);
+  if (closed) return std::vector<int>{0};
+  return dead;
 }
 
 std::vector<int> Rendezvous::dead_ranks() {
@@ -285,7 +319,7 @@ void Rendezvous::wait_for_all(std::chrono::milliseconds within) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     send_request(wire::kGet, kEveryRankKey, {});
-    r = read_frame(fd_, f, deadline, why);
+    r = read_answer(fd_, owed_, f, deadline, why);
   }
   if (r == Read::kOk && f.type == wire::kReply && f.key.empty()) return;
   FANOUT_CHECK(r != Read::kClosed, "rank ", rank_, ": the master (rank 0) at ", master_,

@@ -72,6 +72,12 @@ class Rendezvous {
   // Ranks whose connection closed without saying goodbye; {0} when the master
   // itself is gone. Never throws.
   std::vector<int> dead_ranks();
+  // For a watch over a collective that waits (gloo_watch.h): the ranks the master
+  // knows dead, {0} when the connection to it is closed, or nullopt when that is
+  // not known now (no answer within `within`, or the connection busy with another
+  // request: the watch asks again later). Unlike dead_ranks, a slow master is
+  // never taken for a dead one. Never throws.
+  std::optional<std::vector<int>> dead_ranks_known(std::chrono::milliseconds within);
   // Ranks that have never said hello to the master (never started, or cannot
   // reach it); {} when the master cannot be asked. Never throws.
   std::vector<int> absent_ranks();
@@ -95,6 +101,10 @@ class Rendezvous {
   // Asks for a list of ranks ('D' or 'A'); nullopt when the master cannot be
   // asked or answers anything but ranks in [0, world).
   std::optional<std::vector<int>> rank_list(char request);
+  // rank_list's exchange, with mu_ held: `closed` tells a connection found
+  // closed from an answer that did not come within `within` (then owed).
+  std::optional<std::vector<int>> ask_ranks(char request, std::chrono::milliseconds within,
+                                            bool& closed);
 
   int rank_, world_;
   std::chrono::milliseconds timeout_;
@@ -102,6 +112,9 @@ class Rendezvous {
   std::string local_address_;
   std::unique_ptr<RendezvousServer> server_;
   int fd_ = -1;
+  // Answers to ranks requests that stopped waiting for them: the master still
+  // sends them, ahead of the next answer. Under mu_.
+  int owed_ = 0;
   std::mutex mu_;
 };
 
