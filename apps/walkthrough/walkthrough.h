@@ -102,11 +102,16 @@ struct WalkthroughDdp {
   std::vector<std::pair<int64_t, int64_t>> rows;
   int64_t weight_bytes = 0, optimizer_bytes = 0;
   // The gradient buckets [begin, end) in launch order (the top of the buffer
-  // first), each its own ring all-reduce, and what one rank sends for each.
+  // first), each its own ring all-reduce, and what rank 0 sends for each.
   std::vector<std::pair<int64_t, int64_t>> buckets;
   std::vector<int64_t> bucket_sent;
-  int64_t sent_per_rank = 0;    // per step: the sum over buckets
-  int64_t ring_formula = 0;     // 2(W-1)/W x grad_bytes, the whole buffer in one ring
+  std::vector<int64_t> sent_by_rank;  // per step and rank: the sum over buckets
+  int64_t ring_formula = 0;  // 2(W-1)/W x grad_bytes rounded down: the whole buffer in one ring
+  int64_t sent_total() const {
+    int64_t total = 0;
+    for (int64_t b : sent_by_rank) total += b;
+    return total;
+  }
   int64_t start_broadcast = 0;  // rank 0's weights to each rank once, before step 1
   int64_t host_sum_bytes = 0;   // the loss and stop flags summed as doubles, per step
   // The same step run for real (walkthrough_ddp_run.h): the ranks as threads of

@@ -6,6 +6,7 @@
 
 #include "apps/train/ddp_env.h"
 #include "engine/core/check.h"
+#include "engine/core/flat.h"
 #include "engine/parallel/grad_buckets.h"
 
 namespace fanout::walkthrough::walk {
@@ -16,13 +17,11 @@ int mod(int a, int w) {
   return ((a % w) + w) % w;
 }
 
-// Chunk q of [begin, end) over w ranks: the engine's own even split (10 over 4:
-// 3, 3, 2, 2), as DdpEnv::rows_of cuts a batch.
+// Chunk q of [begin, end) over w ranks: the pieces the process group's ring cuts
+// (shard_bounds: 10 over 4 is 2, 3, 2, 3).
 std::pair<int64_t, int64_t> chunk_of(int64_t begin, int64_t end, int w, int q) {
-  train::DdpEnv e;
-  e.rank = q, e.world = w;
-  auto [first, count] = e.rows_of(end - begin);
-  return {begin + first, begin + first + count};
+  std::vector<int64_t> at = shard_bounds(end - begin, w);
+  return {begin + at[q], begin + at[q + 1]};
 }
 
 const WalkthroughMode* find(const std::vector<WalkthroughMode>& done, const std::string& name) {
@@ -54,18 +53,16 @@ void narrate_run(Prose& p, const WalkthroughDdp& d, const std::vector<Walkthroug
     return;
   }
   std::string sent, losses;
-  bool same = true;
-  for (size_t r = 0; r < d.measured_sent.size(); ++r) {
+  const bool same = d.measured_sent == d.sent_by_rank;
+  for (size_t r = 0; r < d.measured_sent.size(); ++r)
     sent += strf("%sr%zu %lld", r ? ", " : "", r, (long long)d.measured_sent[r]);
-    same = same && d.measured_sent[r] == d.sent_per_rank;
-  }
   for (size_t s = 0; s < d.losses.size(); ++s) losses += strf("%s%.5f", s ? ", " : "", d.losses[s]);
   p.line("measured",
          strf("the same step, run for real: each rank a thread of this process with its own "
               "Training and its own Gloo group over the loopback (fanout launch makes them "
               "processes; the engine's code is the same). Gloo counted the bytes each rank sent in "
-              "the last step: %s, %s the %lld computed above",
-              sent.c_str(), same ? "exactly" : "against", (long long)d.sent_per_rank));
+              "the last step: %s, %s the figures computed above",
+              sent.c_str(), same ? "exactly" : "against"));
   const WalkthroughMode* faithful = find(done, "dp-output");
   std::string theirs;
   if (faithful)
@@ -80,11 +77,14 @@ void narrate_run(Prose& p, const WalkthroughDdp& d, const std::vector<Walkthroug
 
 }  // namespace
 
-int64_t ring_all_reduce_bytes(int64_t elements, int64_t elem_bytes, int world) {
-  FANOUT_ASSERT(world >= 1 && elements >= 0 && elem_bytes > 0, "ring_all_reduce_bytes(", elements,
-                ", ", elem_bytes, ", ", world, ")");
-  // The expression gloo_group.cpp adds to bytes_sent(), in the same order.
-  return 2 * (world - 1) * elements * elem_bytes / world;
+int64_t ring_all_reduce_bytes(int64_t elements, int64_t elem_bytes, int world, int rank) {
+  FANOUT_ASSERT(world >= 1 && 0 <= rank && rank < world && elements >= 0 && elem_bytes > 0,
+                "ring_all_reduce_bytes(", elements, ", ", elem_bytes, ", ", world, ", ", rank, ")");
+  if (world == 1) return 0;
+  // What gloo_group.cpp's rings add to bytes_sent().
+  const std::vector<int64_t> at = shard_bounds(elements, world);
+  const int next = (rank + 1) % world;
+  return (2 * elements - (at[rank + 1] - at[rank]) - (at[next + 1] - at[next])) * elem_bytes;
 }
 
 std::vector<std::vector<RingMove>> ring_reduce_scatter_steps(int world) {
@@ -121,10 +121,14 @@ WalkthroughDdp ddp_step_compute(int64_t parameters, int world, int64_t batch_row
   for (int64_t k = 0; k < buckets.count(); ++k) {
     auto [lo, hi] = buckets.bucket(k);
     d.buckets.push_back({lo, hi});
-    d.bucket_sent.push_back(ring_all_reduce_bytes(hi - lo, 4, world));
-    d.sent_per_rank += d.bucket_sent.back();
+    d.bucket_sent.push_back(ring_all_reduce_bytes(hi - lo, 4, world, 0));
   }
-  d.ring_formula = ring_all_reduce_bytes(parameters, 4, world);
+  for (int r = 0; r < world; ++r) {
+    d.sent_by_rank.push_back(0);
+    for (auto [lo, hi] : d.buckets)
+      d.sent_by_rank.back() += ring_all_reduce_bytes(hi - lo, 4, world, r);
+  }
+  d.ring_formula = 2 * (world - 1) * d.grad_bytes / world;
   d.start_broadcast = world > 1 ? d.weight_bytes : 0;
   d.host_sum_bytes = 3 * 8;  // trainer.cpp: loss sum, SIGINT and SIGTERM flags
   return d;
@@ -187,15 +191,24 @@ void ddp_narrate(const WalkthroughOptions& o, const WalkthroughDdp& d,
       "sends",
       strf("its gradient buckets, each all-reduced as soon as backward has produced it "
            "(overlap, the default; --no-overlap waits for the whole buffer): %zu buckets of "
-           "up to %s (--bucket-mb %g; train's default 25 gives %lld for this model); what a rank "
+           "up to %s (--bucket-mb %g; train's default 25 gives %lld for this model); what rank 0 "
            "sends for each: %s",
            d.buckets.size(), bytes_str(static_cast<size_t>(o.bucket_mb * 1024 * 1024)).c_str(),
            o.bucket_mb, (long long)default_buckets.count(), bucket_list.c_str()));
-  p.more(
-      strf("per rank and step: %lld bytes sent and as many received = 2(W-1)/W x %lld "
-           "gradient bytes = 2*%d/%d x %lld = %lld for one ring over the whole buffer%s",
-           (long long)d.sent_per_rank, G, W - 1, W, G, (long long)d.ring_formula,
-           d.sent_per_rank == d.ring_formula ? "" : " (each bucket rounds down on its own)"));
+  const bool even = std::all_of(d.sent_by_rank.begin(), d.sent_by_rank.end(),
+                                [&](int64_t b) { return b == d.sent_by_rank[0]; });
+  std::string by_rank;
+  for (int r = 0; r < W; ++r)
+    by_rank += strf("%sr%d %lld", r ? ", " : "", r, (long long)d.sent_by_rank[r]);
+  p.more(strf(
+      "per step: %s%s bytes sent and as many received, against 2(W-1)/W x %lld gradient bytes "
+      "= 2*%d/%d x %lld = %lld for one ring over the whole buffer%s",
+      even ? "every rank " : "", even ? std::to_string(d.sent_by_rank[0]).c_str() : by_rank.c_str(),
+      G, W - 1, W, G, (long long)d.ring_formula,
+      even && d.sent_by_rank[0] == d.ring_formula
+          ? ""
+          : " (a rank sends every piece of a bucket but its own, then every piece but rank "
+            "r+1's, and the pieces differ by up to one value)"));
   p.more(
       strf("plus %lld bytes of host scalars (the loss sum and two stop flags, as doubles). No "
            "logits or outputs are gathered anywhere: each rank's loss stays on its rank",
@@ -236,11 +249,11 @@ void ddp_narrate(const WalkthroughOptions& o, const WalkthroughDdp& d,
     p.line("compared",
            strf("dp-output (step 1 above): %s sent %lld bytes of weights, received %lld of "
                 "gradients and gathered the logits (%zu bytes): every byte to or from one device, "
-                "W-1 copies of the model each way. A ddp rank sends %lld and receives as many, "
+                "W-1 copies of the model each way. ddp's rank 0 sends %lld and receives as many, "
                 "2(W-1)/W copies: at W = 8, 7 copies each way through %s against 1.75 per rank",
                 o.devices[0].str().c_str(), (long long)faithful->weights_sent,
-                (long long)faithful->sums_sent, faithful->gather_bytes, (long long)d.sent_per_rank,
-                o.devices[0].str().c_str()));
+                (long long)faithful->sums_sent, faithful->gather_bytes,
+                (long long)d.sent_by_rank[0], o.devices[0].str().c_str()));
   }
   if (z1) {
     p.more(strf(

@@ -14,11 +14,12 @@
 
 namespace fanout::walkthrough::walk {
 
-// Bytes one rank sends in a ring all-reduce of `elements` values of `elem_bytes`
-// each over `world` ranks, as ProcessGroup::bytes_sent() counts them: W-1 steps of
-// reduce-scatter and W-1 of all-gather, a 1/W chunk each, 2(W-1)/W of the buffer
-// (rounded down).
-int64_t ring_all_reduce_bytes(int64_t elements, int64_t elem_bytes, int world);
+// Bytes rank `rank` sends in an all-reduce of `elements` values of `elem_bytes`
+// each over `world` ranks, as ProcessGroup::bytes_sent() counts them: a ring
+// reduce-scatter over the buffer's shard_bounds pieces (every piece but its own),
+// then a ring all-gather (every piece but rank r+1's). About 2(W-1)/W of the
+// buffer; the pieces differ by at most one value, and so may the ranks.
+int64_t ring_all_reduce_bytes(int64_t elements, int64_t elem_bytes, int world, int rank);
 
 // One send of a ring step: rank `from` sends chunk `chunk` to rank `to` = from+1.
 struct RingMove {

@@ -203,8 +203,7 @@ PageSection ddp_section(const WalkthroughDdp& d, const WalkthroughOptions& o) {
                            "ProcessGroup::bytes_sent() over the step, summed over the ranks"));
   } else {
     s.moves.push_back(move("all-reduce", "gradients, bucket by bucket (rings)", all, all,
-                           d.sent_per_rank * d.world,
-                           "computed: 2(W-1)/W of each bucket per rank"));
+                           d.sent_total(), "computed: 2(W-1)/W of each bucket per rank"));
     s.note = "computed, not run: " + d.refused;
   }
   s.explain = {

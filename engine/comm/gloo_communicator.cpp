@@ -2,13 +2,13 @@
 // context of their own (its keys under "<name>/" in the rendezvous, apart from the
 // ProcessGroup's). An exchange posts one send and one receive per peer on Gloo's
 // unbound buffers, under a slot numbered by the exchange, and waits for them
-// within the timeout; a peer that died or never came makes it throw, naming what
-// the rendezvous knows. Gloo's own collectives are not used: their reductions
-// neither take our rank order nor round bf16 once (Note [Communicator semantics]).
+// within the timeout, or until the GlooWatch sees a rank die; a peer that died or
+// never came makes it throw, naming what the rendezvous knows. Gloo's own
+// collectives are not used: their reductions neither take our rank order nor
+// round bf16 once (Note [Communicator semantics]).
 
 #include <chrono>
 #include <cstdlib>
-#include <mutex>
 #include <string>
 
 #include <gloo/rendezvous/context.h>
@@ -19,6 +19,7 @@
 #include "engine/comm/communicator.h"
 #include "engine/core/check.h"
 #include "engine/distributed/gloo_mesh.h"
+#include "engine/distributed/gloo_watch.h"
 
 namespace fanout::comm {
 
@@ -37,7 +38,8 @@ class GlooCommunicator final : public Communicator {
         rendezvous_(r),
         store_(r),
         prefixed_(name, store_),
-        timeout_(static_cast<int64_t>(timeout_s * 1000)) {
+        timeout_(static_cast<int64_t>(timeout_s * 1000)),
+        watch_(r) {
     try {
       distributed::GlooMesh m = distributed::gloo_connect_mesh(r, prefixed_, timeout_);
       device_ = std::move(m.device);
@@ -65,10 +67,8 @@ class GlooCommunicator final : public Communicator {
         }
       }
       const auto deadline = Clock::now() + timeout_;
-      for (Buffer& b : in)
-        if (!b->waitRecv(left(deadline))) throw std::runtime_error("receive aborted");
-      for (Buffer& b : out)
-        if (!b->waitSend(left(deadline))) throw std::runtime_error("send aborted");
+      for (Buffer& b : in) watch_.wait_recv(*b, left(deadline));
+      for (Buffer& b : out) watch_.wait_send(*b, left(deadline));
     } catch (const std::exception& e) {
       strand(std::move(out), std::move(in), sends, recvs);
       fail(doing(), e.what());
@@ -76,13 +76,7 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
-  // Note [Buffers of a failed exchange]
-  // After a failure gloo's loop thread may still complete the exchange's sends
-  // and receives (a late peer's data, an error completion): destroying their
-  // buffers, or freeing the memory they point into, would race with it. So they
-  // are kept, with the tensors they point into and the transport they hold, for
-  // the rest of the process: a failed communicator is never used again, and the
-  // leak is one exchange's buffers per failure.
+  // Note [Buffers of a failed exchange] (gloo_watch.h).
   void strand(std::vector<Buffer> out, std::vector<Buffer> in, const std::vector<Tensor>& sends,
               const std::vector<Tensor>& recvs) {
     struct Stranded {
@@ -91,12 +85,8 @@ class GlooCommunicator final : public Communicator {
       std::shared_ptr<gloo::transport::Device> device;
       std::shared_ptr<gloo::rendezvous::Context> context;
     };
-    static std::mutex mu;
-    static auto* kept = new std::vector<std::unique_ptr<Stranded>>();  // never freed, on purpose
-    auto s = std::make_unique<Stranded>(
-        Stranded{std::move(out), std::move(in), sends, recvs, device_, context_});
-    std::lock_guard<std::mutex> lock(mu);
-    kept->push_back(std::move(s));
+    distributed::keep_for_process(std::make_shared<Stranded>(
+        Stranded{std::move(out), std::move(in), sends, recvs, device_, context_}));
   }
 
   // What is left of the time until `deadline` (at least 1 ms: gloo takes 0 as unset).
@@ -106,14 +96,16 @@ class GlooCommunicator final : public Communicator {
   }
 
   [[noreturn]] void fail(const char* what, const std::string& cause) {
-    detail::throw_error(detail::str_cat("rank ", rank(), ": ", what, " failed: ",
-                                        rendezvous_.describe_failure(), " (gloo: ", cause, ")"));
+    detail::throw_error(detail::str_cat("rank ", rank(), ": ", what,
+                                        " failed: ", rendezvous_.describe_failure(),
+                                        " (gloo: ", watch_.cause(cause), ")"));
   }
 
   distributed::Rendezvous& rendezvous_;
   distributed::GlooRendezvousStore store_;
   gloo::rendezvous::PrefixStore prefixed_;
   std::chrono::milliseconds timeout_;
+  distributed::GlooWatch watch_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   uint32_t exchanges_ = 0;

@@ -124,10 +124,12 @@ TEST_CASE("the walkthrough narrates the real scatter gather and gradient bytes")
   CHECK(!has(s, "faithful dp"));
   // The ddp step, computed for these 2 devices: P*4 bytes per rank (2(W-1)/W = 1).
   CHECK(r.ddp.world == 2);
-  CHECK(r.ddp.sent_per_rank == P * 4);
+  CHECK(r.ddp.sent_by_rank == std::vector<int64_t>{P * 4, P * 4});
   CHECK(r.ddp.ring_formula == P * 4);
-  CHECK(has(s, std::to_string(P * 4) + " bytes sent and as many received = 2(W-1)/W x " +
-                   std::to_string(P * 4) + " gradient bytes"));
+  CHECK(has(s, "every rank " + std::to_string(P * 4) +
+                   " bytes sent and as many received, against 2(W-1)/W x " + std::to_string(P * 4) +
+                   " gradient bytes = 2*1/2 x " + std::to_string(P * 4) + " = " +
+                   std::to_string(P * 4) + " for one ring over the whole buffer"));
   CHECK(has(s, "reduce-scatter step 1: r0 -> r1 c1, r1 -> r0 c0"));
   // Warm timing: every mode's timed steps, summarised in its own line and the summary.
   CHECK(has(s,

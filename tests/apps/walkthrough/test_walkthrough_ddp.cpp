@@ -24,13 +24,16 @@ using namespace fanout::walkthrough;
 using namespace fanout::bench;
 namespace rdzv = fanout::test::rdzv;
 
-TEST_CASE("ring all-reduce bytes per rank are 2(W-1)/W of the buffer, rounded down") {
-  CHECK(walk::ring_all_reduce_bytes(460160, 4, 1) == 0);
-  CHECK(walk::ring_all_reduce_bytes(460160, 4, 2) == 1840640);  // = P*4
-  CHECK(walk::ring_all_reduce_bytes(460160, 4, 4) == 2760960);  // 1.5 x P*4
-  CHECK(walk::ring_all_reduce_bytes(460160, 4, 8) == 3221120);  // 1.75 x P*4
-  CHECK(walk::ring_all_reduce_bytes(10, 4, 3) == 53);           // 160/3
-  CHECK(walk::ring_all_reduce_bytes(460160, 2, 2) == 920320);   // bf16 sums: half
+TEST_CASE("ring all-reduce bytes per rank: every piece but its own, then every piece but r+1's") {
+  CHECK(walk::ring_all_reduce_bytes(460160, 4, 1, 0) == 0);
+  for (int r : {0, 1}) CHECK(walk::ring_all_reduce_bytes(460160, 4, 2, r) == 1840640);  // = P*4
+  CHECK(walk::ring_all_reduce_bytes(460160, 4, 4, 3) == 2760960);                       // 1.5 x P*4
+  CHECK(walk::ring_all_reduce_bytes(460160, 4, 8, 5) == 3221120);  // 1.75 x P*4
+  // 10 values over 3 ranks are pieces of 3, 3 and 4: 20 - 3 - 3, 20 - 3 - 4, 20 - 4 - 3.
+  CHECK(walk::ring_all_reduce_bytes(10, 4, 3, 0) == 56);
+  CHECK(walk::ring_all_reduce_bytes(10, 4, 3, 1) == 52);
+  CHECK(walk::ring_all_reduce_bytes(10, 4, 3, 2) == 52);          // 160 in all: 2(W-1)/W x 40 x W
+  CHECK(walk::ring_all_reduce_bytes(460160, 2, 2, 0) == 920320);  // bf16 sums: half
 }
 
 TEST_CASE("a ddp step's figures: rows, state per rank, buckets and bytes for given W and P") {
@@ -46,23 +49,24 @@ TEST_CASE("a ddp step's figures: rows, state per rank, buckets and bytes for giv
   CHECK(d.buckets[7] == std::pair<int64_t, int64_t>{0, 1408});
   CHECK(d.bucket_sent[0] == 262144);  // 65536 elements x 4 bytes, x 2*1/2
   CHECK(d.bucket_sent[7] == 5632);
-  CHECK(d.sent_per_rank == 1840640);
+  CHECK(d.sent_by_rank == std::vector<int64_t>{1840640, 1840640});
   CHECK(d.ring_formula == 1840640);
   CHECK(d.start_broadcast == 1840640);
   CHECK(d.host_sum_bytes == 24);
 
-  // 3 ranks, 1000 parameters in buckets of 256 elements: each bucket rounds down.
+  // 3 ranks, 1000 parameters in buckets of 256 elements: pieces of 85, 85, 86 and 77, 77, 78.
   WalkthroughDdp u = walk::ddp_step_compute(1000, 3, 10, 256.0 * 4 / (1024 * 1024));
   CHECK(u.rows == std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {4, 3}, {7, 3}});
   CHECK(u.buckets ==
         std::vector<std::pair<int64_t, int64_t>>{{744, 1000}, {488, 744}, {232, 488}, {0, 232}});
-  CHECK(u.bucket_sent == std::vector<int64_t>{1365, 1365, 1365, 1237});  // 4096/3, 3712/3
-  CHECK(u.sent_per_rank == 5332);
-  CHECK(u.ring_formula == 5333);  // 16000/3: one ring over the whole buffer
+  CHECK(u.bucket_sent == std::vector<int64_t>{1368, 1368, 1368, 1240});  // rank 0's
+  CHECK(u.sent_by_rank == std::vector<int64_t>{5344, 5328, 5328});
+  CHECK(u.sent_total() == 16000);  // 2(W-1)/W x 4000 bytes x W
+  CHECK(u.ring_formula == 5333);   // 16000/3: one ring over the whole buffer
 
   // One rank sends nothing; one bucket when it holds the whole buffer.
   WalkthroughDdp one = walk::ddp_step_compute(1000, 1, 4, 25.0);
-  CHECK(one.sent_per_rank == 0);
+  CHECK(one.sent_by_rank == std::vector<int64_t>{0});
   CHECK(one.start_broadcast == 0);
   CHECK(one.buckets.size() == 1);
   CHECK(one.rows == std::vector<std::pair<int64_t, int64_t>>{{0, 4}});
@@ -130,8 +134,8 @@ TEST_CASE("the computed ddp bytes are what a real ddp step's ranks send, for 2 a
     const WalkthroughDdp d = walk::ddp_step_compute(P, W, setup.batch_size, setup.bucket_mb);
     CHECK(d.buckets.size() > 1);
     for (const BenchResult& r : results) {
-      CHECK(r.comm.reduce == d.sent_per_rank);  // measured: ProcessGroup::bytes_sent
-      CHECK(r.comm.replicate == 0);             // no step broadcasts weights
+      CHECK(r.comm.reduce == d.sent_by_rank[&r - results.data()]);  // ProcessGroup::bytes_sent
+      CHECK(r.comm.replicate == 0);                                 // no step broadcasts weights
     }
     CHECK(results[0].last_loss == results[W - 1].last_loss);
   }
@@ -153,17 +157,19 @@ TEST_CASE("the ddp narration quotes the step's figures") {
   CHECK(has("First computed"));
   CHECK(has("r0 rows [0, 2), r1 rows [2, 4), r2 rows [4, 5)"));
   CHECK(has("its own AdamW m and v (3681280 bytes, 2*P*4)"));
-  // 7 buckets of 65536 elements and one of 1408, each rounded down on its own.
-  CHECK(d.sent_per_rank == 7 * 349525 + 7509);
+  // 7 buckets of 65536 elements (pieces of 21845, 21845, 21846) and one of 1408 (469, 469, 470).
+  CHECK(d.sent_by_rank ==
+        std::vector<int64_t>{7 * 349528 + 7512, 7 * 349524 + 7508, 7 * 349524 + 7508});
   CHECK(
-      has("2454184 bytes sent and as many received = 2(W-1)/W x 1840640 gradient bytes = "
-          "2*2/3 x 1840640 = 2454186 for one ring over the whole buffer (each bucket rounds "
-          "down on its own)"));
+      has("per step: r0 2454208, r1 2454176, r2 2454176 bytes sent and as many received, "
+          "against 2(W-1)/W x 1840640 gradient bytes = 2*2/3 x 1840640 = 2454186 for one ring "
+          "over the whole buffer (a rank sends every piece of a bucket but its own, then every "
+          "piece but rank r+1's, and the pieces differ by up to one value)"));
   // The worked example: bucket #0's chunks and the ring's moves for W = 3.
   CHECK(has("W-1 = 2 steps each"));
   CHECK(
-      has("c0 [394624, 416470) 87384 bytes, c1 [416470, 438315) 87380 bytes, c2 [438315, "
-          "460160) 87380 bytes"));
+      has("c0 [394624, 416469) 87380 bytes, c1 [416469, 438314) 87380 bytes, c2 [438314, "
+          "460160) 87384 bytes"));
   CHECK(has("reduce-scatter step 1: r0 -> r1 c2, r1 -> r2 c0, r2 -> r0 c1"));
   CHECK(has("reduce-scatter step 2: r0 -> r1 c1, r1 -> r2 c2, r2 -> r0 c0"));
   CHECK(has("all-gather step 1: r0 -> r1 c0, r1 -> r2 c1, r2 -> r0 c2"));

@@ -85,8 +85,8 @@ TEST_CASE("a real ddp step over two CPU ranks sends the computed bytes and one d
   CHECK(Trace::global().enabled() == was);
   REQUIRE(d.ran);
   CHECK(d.refused.empty());
-  CHECK(d.sent_per_rank > 0);
-  CHECK(d.measured_sent == std::vector<int64_t>{d.sent_per_rank, d.sent_per_rank});
+  CHECK(d.sent_by_rank[0] > 0);
+  CHECK(d.measured_sent == d.sent_by_rank);
 
   const std::vector<double> ref = one_device_losses(o, data);
   REQUIRE(d.losses.size() == 2);
@@ -148,8 +148,8 @@ TEST_CASE("a real ddp step over two CPU ranks sends the computed bytes and one d
   // The narration sets the measured bytes beside the computed ones.
   const std::string flat = narration(o, d);
   CAPTURE(flat);
-  const std::string sent = std::to_string(d.sent_per_rank);
-  CHECK(flat.find("r0 " + sent + ", r1 " + sent + ", exactly the " + sent + " computed above") !=
+  const std::string sent = std::to_string(d.sent_by_rank[0]);
+  CHECK(flat.find("r0 " + sent + ", r1 " + sent + ", exactly the figures computed above") !=
         std::string::npos);
   CHECK(flat.find("computed, not run") == std::string::npos);
 }
@@ -166,8 +166,9 @@ TEST_CASE("a real ddp step over three CPU ranks: every rank sends the computed b
   Trace::global().set_enabled(false);
   CHECK(still_on);
   REQUIRE(d.ran);
-  CHECK(d.sent_per_rank != d.ring_formula);  // each bucket rounds down on its own: 3 ranks
-  CHECK(d.measured_sent == std::vector<int64_t>{d.sent_per_rank, d.sent_per_rank, d.sent_per_rank});
+  // Over 3 ranks the pieces differ by a value, and so do the ranks' bytes.
+  CHECK(d.sent_by_rank[0] != d.sent_by_rank[1]);
+  CHECK(d.measured_sent == d.sent_by_rank);
   CHECK(d.losses.size() == 1);
   CHECK(d.memory.size() == 3);
   CHECK(d.timed_ms.empty());

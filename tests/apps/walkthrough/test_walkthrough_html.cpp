@@ -132,8 +132,8 @@ TEST_CASE("the walkthrough page shows the engine's counters, in Chromium's DOM")
                    {"all-gather", z3.last_weights_sent},
                    {"reduce-scatter", z3.last_sums_sent}};
   REQUIRE(r.ddp.ran);
-  CHECK(r.ddp.measured_sent == std::vector<int64_t>{r.ddp.sent_per_rank, r.ddp.sent_per_rank});
-  want["ddp"] = {{"scatter", 2 * ids}, {"all-reduce", 2 * r.ddp.sent_per_rank}};
+  CHECK(r.ddp.measured_sent == r.ddp.sent_by_rank);
+  want["ddp"] = {{"scatter", 2 * ids}, {"all-reduce", r.ddp.sent_total()}};
   REQUIRE(r.schedules.size() == 3);
   for (const WalkthroughPipeline& p : r.schedules) {
     // Each row's hidden states forward and their gradients back, over one boundary.

@@ -2,32 +2,20 @@
 // processes: the test forks one child per rank, each child meets the others through
 // its own Rendezvous (rank 0's child serves) and runs every collective on f32, bf16
 // and i32 buffers, checking each result against a direct computation; a child that
-// dies between two collectives makes the others throw a one-line fanout::Error in
-// time. test_communicator.cpp checks the same collectives with one thread per member.
-//
-// Note [Forking the test binary]: a forked child holds only the thread that forked,
-// so the parent forks every child before it starts any thread of its own (the
-// binary's one other thread, OpenBLAS's pool, is stopped by OpenBLAS's own fork
-// handler), and a child touches nothing the parent built: it makes its rendezvous
-// and communicator itself, never asserts through doctest, and leaves with
-// _exit(code) so doctest and the static destructors do not run twice. The parent
-// reaps the children with waitpid against a deadline and kills what is left: no
-// test hangs or leaves a process behind.
+// dies between two collectives, or is stopped and killed in the middle of one,
+// makes the others throw a one-line fanout::Error in time. test_communicator.cpp
+// checks the same collectives with one thread per member. The children are forked:
+// Note [Forking the test binary] (fork_util.h).
 
 #include <doctest/doctest.h>
 
 #include <signal.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -36,12 +24,14 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/core/check.h"
+#include "tests/engine/distributed/fork_util.h"
 #include "tests/engine/distributed/rendezvous_test_util.h"
 
 using namespace fanout;
 using comm::Communicator;
 using comm::ReduceOp;
 namespace rdzv = fanout::test::rdzv;
+using namespace fanout::test::fork;
 
 namespace {
 
@@ -111,12 +101,6 @@ std::vector<int64_t> offsets(const std::vector<int64_t>& counts) {
 
 // --- the children ------------------------------------------------------------------------
 
-// A result that differs from the direct computation: the child exits with kMismatch.
-struct Mismatch : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-constexpr int kMismatch = 2, kFanoutError = 1, kOtherError = 4;
-
 std::string str(const std::vector<double>& v) {
   std::string s = "[";
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -126,113 +110,6 @@ void expect_equal(const std::vector<double>& got, const std::vector<double>& wan
                   const std::string& what) {
   if (got != want) throw Mismatch(what + ": got " + str(got) + ", expected " + str(want));
 }
-
-// What a child ran into, as the parent saw it.
-struct Outcome {
-  std::string ended;  // "exit 0", "signal 13 (Broken pipe)" or "killed at the deadline"
-  std::string said;   // what the child reported through its pipe
-};
-
-// Forks `world` children, child r running fn(r) (Note [Forking the test binary]):
-// it exits 0 when fn returns, kFanoutError / kMismatch / kOtherError when fn throws,
-// and reports fn's result or the error through a pipe (errors to stderr too). The
-// parent waits up to deadline_s, then kills the children still running.
-std::vector<Outcome> run_children(int world, double deadline_s,
-                                  const std::function<std::string(int rank)>& fn) {
-  std::vector<pid_t> pids(world, -1);
-  std::vector<int> pipes(world, -1);
-  std::vector<Outcome> out(world);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  for (int r = 0; r < world; ++r) {
-    int fds[2];
-    if (::pipe(fds) != 0) break;
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(fds[0]);
-      int code = 0;
-      std::string said;
-      try {
-        said = fn(r);
-      } catch (const Mismatch& e) {
-        code = kMismatch, said = std::string("mismatch: ") + e.what();
-      } catch (const Error& e) {
-        code = kFanoutError, said = std::string("fanout::Error: ") + e.what();
-      } catch (const std::exception& e) {
-        code = kOtherError, said = std::string("exception: ") + e.what();
-      } catch (...) {
-        code = kOtherError, said = "unknown exception";
-      }
-      if (code != 0) std::fprintf(stderr, "rank %d of %d: %s\n", r, world, said.c_str());
-      said.resize(std::min<size_t>(said.size(), 4000));  // well within the pipe's buffer
-      for (size_t at = 0; at < said.size();) {
-        ssize_t w = ::write(fds[1], said.data() + at, said.size() - at);
-        if (w <= 0) break;
-        at += static_cast<size_t>(w);
-      }
-      ::_exit(code);
-    }
-    ::close(fds[1]);
-    if (pid < 0) {
-      ::close(fds[0]);
-      break;
-    }
-    pids[r] = pid, pipes[r] = fds[0];
-  }
-  // Reap with a deadline; kill what is left (and every child if a fork failed).
-  const auto t0 = std::chrono::steady_clock::now();
-  bool all_started = pids.back() > 0;
-  for (int left = world; left > 0;) {
-    left = 0;
-    for (int r = 0; r < world; ++r) {
-      if (pids[r] <= 0) continue;
-      int status = 0;
-      if (::waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        out[r].ended = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                         : "signal " + std::to_string(WTERMSIG(status)) + " (" +
-                                               ::strsignal(WTERMSIG(status)) + ")";
-        pids[r] = -1;
-      } else {
-        ++left;
-      }
-    }
-    if (left > 0 && (!all_started || rdzv::seconds_since(t0) > deadline_s)) {
-      for (int r = 0; r < world; ++r)
-        if (pids[r] > 0) {
-          ::kill(pids[r], SIGKILL);
-          int status = 0;
-          ::waitpid(pids[r], &status, 0);
-          out[r].ended = "killed at the deadline", pids[r] = -1;
-        }
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  for (int r = 0; r < world; ++r) {
-    if (pipes[r] < 0) continue;
-    char buf[512];
-    for (ssize_t n; (n = ::read(pipes[r], buf, sizeof buf)) > 0;) out[r].said.append(buf, n);
-    ::close(pipes[r]);
-  }
-  REQUIRE_MESSAGE(all_started, "could not start ", world, " child processes");
-  return out;
-}
-
-// An int every child sees (anonymous shared memory, mapped before the fork).
-class SharedCounter {
- public:
-  SharedCounter()
-      : p_(::mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
-                  MAP_SHARED | MAP_ANONYMOUS, -1, 0)) {
-    REQUIRE(p_ != MAP_FAILED);
-    new (p_) std::atomic<int>(0);
-  }
-  ~SharedCounter() { ::munmap(p_, sizeof(std::atomic<int>)); }
-  std::atomic<int>& operator*() { return *static_cast<std::atomic<int>*>(p_); }
-
- private:
-  void* p_;
-};
 
 // Every collective on f32, bf16 and i32 against the direct computation, in this
 // rank's child. `arrived` counts the ranks that reached the barrier.
@@ -426,6 +303,71 @@ TEST_CASE(
             0);
       // The communicator's timeout plus the rendezvous' 2 s look for a dead rank, at most.
       CHECK(took < timeout_s + 2.5);
+    }
+  }
+}
+
+TEST_CASE(
+    "communicator across OS processes: a rank stopped and then killed in the middle of an "
+    "all_reduce ends it on the others within seconds, long before the timeout") {
+  // The dying rank stops itself (SIGSTOP) while the all_reduce is under way, its
+  // buffer too large to have gone through, and a survivor kills it (SIGKILL) a
+  // moment later, as a crash or an OOM kill would. Whether gloo notices (a
+  // receive from the dead rank fails) or the GlooWatch does (a send handed to
+  // the pair before the receiver stopped reading is one gloo never wakes), the
+  // others stop within seconds (test_process_group_death.cpp forces the second).
+  const int world = 3;
+  const double timeout_s = 60;
+  const int64_t n = int64_t{24} << 20;
+  for (int dying : {1, 0}) {  // a plain rank, then the master (its rendezvous goes with it)
+    CAPTURE(dying);
+    const int port = rdzv::free_port();
+    SharedCounter pid;
+    std::vector<Outcome> out = run_children(world, 30, [&](int rank) {
+      Member m(port, rank, world, timeout_s);
+      m.comm->barrier();
+      std::thread helper;
+      if (rank == dying)
+        helper = std::thread([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          (*pid) = static_cast<int>(::getpid());
+          ::raise(SIGSTOP);
+        });
+      if (rank == (dying + 1) % world)
+        helper = std::thread([&] {
+          while ((*pid).load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          ::kill((*pid).load(), SIGKILL);
+        });
+      auto t1 = std::chrono::steady_clock::now();
+      std::string what;
+      try {
+        Tensor t = make(DType::f32, std::vector<double>(n, 1.0));
+        m.comm->all_reduce(t, ReduceOp::sum);
+      } catch (const Error& e) {
+        what = e.what();
+      }
+      const double took = rdzv::seconds_since(t1);
+      if (helper.joinable()) helper.join();
+      if (what.empty()) throw Mismatch("the all_reduce did not throw");
+      return what + "\n" + std::to_string(took);
+    });
+    for (int r = 0; r < world; ++r) {
+      CAPTURE(r);
+      CAPTURE(out[r].said);
+      if (r == dying) {
+        CHECK(out[r].ended == "signal 9 (Killed)");
+        continue;
+      }
+      CHECK(out[r].ended == "exit 0");
+      const size_t nl = out[r].said.rfind('\n');
+      if (out[r].ended != "exit 0" || nl == std::string::npos) continue;
+      const std::string what = out[r].said.substr(0, nl);
+      const std::string dead = dying == 0 ? "the master (rank 0) died" : "rank 1 died";
+      CHECK(what.find("rank " + std::to_string(r) + ": all_reduce failed: " + dead) == 0);
+      CHECK(what.find('\n') == std::string::npos);
+      // The death comes about 0.3 s in; then a look or two of the watch.
+      CHECK(std::stod(out[r].said.substr(nl + 1)) < 3);
     }
   }
 }

@@ -269,6 +269,15 @@ TEST_CASE("process group: bf16 reduce_scatter stays within the rounding bound at
   }
 }
 
+// An all-reduce is a ring reduce-scatter then a ring all-gather over the range's
+// shard_bounds pieces: every piece but its own, then every piece but rank r+1's.
+int64_t all_reduce_bytes(int64_t n, int world, int r, size_t elem) {
+  if (world == 1) return 0;
+  std::vector<int64_t> at = shard_bounds(n, world);
+  auto size = [&](int q) { return at[q + 1] - at[q]; };
+  return (2 * n - size(r) - size((r + 1) % world)) * static_cast<int64_t>(elem);
+}
+
 TEST_CASE("process group: all_reduce still sums over 1 to 4 gloo ranks (f32 and bf16)") {
   for (int world = 1; world <= 4; ++world) {
     CAPTURE(world);
@@ -279,8 +288,19 @@ TEST_CASE("process group: all_reduce still sums over 1 to 4 gloo ranks (f32 and 
     int64_t n = kN - 2;
     for (int r = 0; r < world; ++r) {
       CAPTURE(r);
-      CHECK(f[r].bytes == 2 * (world - 1) * n * 4 / world);
+      CHECK(f[r].bytes == all_reduce_bytes(n, world, r, 4));
       for (int64_t i = 0; i < kN; ++i) CHECK(f[r].values[i] == (i < 2 ? x[r][i] : exact_sum(x, i)));
+    }
+    // Sums that round: still the same bits on every rank, within float's rounding.
+    auto z = random_inputs(world, 9);
+    auto fz = run_on_ranks<float>(ranks, DType::f32, z, op);
+    for (int r = 0; r < world; ++r) {
+      CAPTURE(r);
+      for (int64_t i = 2; i < kN; ++i) {
+        CAPTURE(i);
+        CHECK(fz[r].values[i] == fz[0].values[i]);
+        CHECK(std::abs(fz[r].values[i] - exact_sum(z, i)) <= 4e-7 * world * abs_sum(z, i));
+      }
     }
 
     auto y = random_inputs(world, 5);
@@ -289,7 +309,7 @@ TEST_CASE("process group: all_reduce still sums over 1 to 4 gloo ranks (f32 and 
     double bound = (2 * world - 1) * kBf16Unit * 1.05;
     for (int r = 0; r < world; ++r) {
       CAPTURE(r);
-      CHECK(b[r].bytes == 2 * (world - 1) * n * 2 / world);
+      CHECK(b[r].bytes == all_reduce_bytes(n, world, r, 2));
       for (int64_t i = 2; i < kN; ++i) {
         CAPTURE(i);
         CHECK(b[r].values[i] == b[0].values[i]);  // the same bits on every rank
