@@ -91,7 +91,8 @@ TEST_CASE("ddp ranks started by hand stop within the timeout when a rank is kill
     CHECK(lines_with(err, "").size() == 1);
     CHECK(lines_with(err, "rank " + std::to_string(r) + ": ").size() == 1);
     CHECK(lines_with(err, "rank 1 died").size() == 1);
-    CHECK(ranks[r]->seconds() - ranks[1]->seconds() < timeout);
+    // Well within it: the rendezvous sees rank 1 die, whatever gloo makes of it.
+    CHECK(ranks[r]->seconds() - ranks[1]->seconds() < timeout / 2);
   }
 }
 
