@@ -39,23 +39,19 @@ void GlooWatch::leave(gloo::transport::UnboundBuffer* b) {
 }
 
 void GlooWatch::wait_recv(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout) {
-  enter(&b);
-  bool done = false;
-  try {
-    done = b.waitRecv(timeout);
-  } catch (...) {
-    leave(&b);
-    throw;
-  }
-  leave(&b);
-  if (!done) throw std::runtime_error(kEnded);
+  wait(b, timeout, false);
 }
 
 void GlooWatch::wait_send(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout) {
+  wait(b, timeout, true);
+}
+
+void GlooWatch::wait(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout,
+                     bool send) {
   enter(&b);
   bool done = false;
   try {
-    done = b.waitSend(timeout);
+    done = send ? b.waitSend(timeout) : b.waitRecv(timeout);
   } catch (...) {
     leave(&b);
     throw;

@@ -54,6 +54,7 @@ class GlooWatch {
   std::string cause(const std::string& cause) const { return fired() ? kEnded : cause; }
 
  private:
+  void wait(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout, bool send);
   void enter(gloo::transport::UnboundBuffer* b);
   void leave(gloo::transport::UnboundBuffer* b);
   void loop();
