@@ -60,8 +60,8 @@ void narrate_run(Prose& p, const WalkthroughDdp& d, const std::vector<Walkthroug
   p.line("measured",
          strf("the same step, run for real: each rank a thread of this process with its own "
               "Training and its own Gloo group over the loopback (fanout launch makes them "
-              "processes; the engine's code is the same). Gloo counted the bytes each rank sent in "
-              "the last step: %s, %s the figures computed above",
+              "processes; the engine's code is the same). Each rank's process group counted the "
+              "bytes it sent in the last step: %s, %s the figures computed above",
               sent.c_str(), same ? "exactly" : "against"));
   const WalkthroughMode* faithful = find(done, "dp-output");
   std::string theirs;
@@ -237,8 +237,8 @@ void ddp_narrate(const WalkthroughOptions& o, const WalkthroughDdp& d,
     p.more(strf("  (the receiver overwrites; after step %d every rank holds every summed chunk)",
                 W - 1));
     p.more(
-        strf("each rank sent %d chunks of the bucket: 2(W-1)/W of it. Gloo's RING all-reduce "
-             "may cut the chunks finer to pipeline them; the bytes are the same",
+        strf("each rank sent %d chunks of the bucket: 2(W-1)/W of it. These are fanout's own "
+             "rings over Gloo's connections, chunk for chunk as drawn here",
              2 * (W - 1)));
   }
   narrate_run(p, d, done);
