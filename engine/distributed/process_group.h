@@ -22,16 +22,19 @@ class ProcessGroup {
   int rank() const { return rendezvous_.rank(); }
   int world() const { return rendezvous_.world(); }
 
-  // buf[begin, end) <- the sum over ranks, queued on `stream` (the buffer's device).
-  // Under bf16 sums (set_sum_dtype) the values travel as bf16: each rank's
-  // contribution is rounded before it is sent, each partial sum is taken in fp32
-  // and rounded for the next hop (DDP's bf16_compress_hook), identically on every
-  // rank.
+  // buf[begin, end) <- the sum over ranks, queued on `stream` (the buffer's device):
+  // the same bits on every rank. Under bf16 sums (set_sum_dtype) the values travel
+  // as bf16 (DDP's bf16_compress_hook): each rank's contribution is rounded before
+  // it is sent, each partial sum is taken in fp32 and rounded for the next hop, the
+  // owner of a piece adds the arriving sum to its own values in fp32, and the
+  // result is rounded to bf16 once and shared as it is.
   virtual void all_reduce(const Tensor& buf, int64_t begin, int64_t end, Stream& stream) = 0;
   virtual void set_sum_dtype(DType dtype) = 0;
-  // Payload bytes this process handed the transport for other ranks (the
-  // algorithm's sends: a ring all-reduce sends 2 (W-1)/W of the buffer, a ring
-  // reduce-scatter or all-gather (W-1)/W of the range: all pieces but one).
+  // Payload bytes this process handed the transport for other ranks (the rings'
+  // sends: a reduce-scatter every piece of the range but this rank's own, an
+  // all-gather every piece but rank r+1's, an all-reduce both over the range's
+  // shard_bounds pieces: about (W-1)/W of the range each). Broadcasts and host
+  // sums are not counted.
   int64_t bytes_sent() const { return bytes_sent_.load(); }
   void reset_bytes_sent() { bytes_sent_ = 0; }
   // buf <- rank root's values, queued on `stream`.
