@@ -325,6 +325,7 @@ TEST_CASE(
     SharedCounter pid;
     std::vector<Outcome> out = run_children(world, 30, [&](int rank) {
       Member m(port, rank, world, timeout_s);
+      Tensor t = make(DType::f32, std::vector<double>(n, 1.0));
       m.comm->barrier();
       std::thread helper;
       if (rank == dying)
@@ -342,7 +343,6 @@ TEST_CASE(
       auto t1 = std::chrono::steady_clock::now();
       std::string what;
       try {
-        Tensor t = make(DType::f32, std::vector<double>(n, 1.0));
         m.comm->all_reduce(t, ReduceOp::sum);
       } catch (const Error& e) {
         what = e.what();
