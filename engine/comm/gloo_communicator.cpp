@@ -67,8 +67,8 @@ class GlooCommunicator final : public Communicator {
         }
       }
       const auto deadline = Clock::now() + timeout_;
-      for (Buffer& b : in) watch_.wait_recv(*b, left(deadline));
-      for (Buffer& b : out) watch_.wait_send(*b, left(deadline));
+      for (Buffer& b : in) watch_.wait_recv(*b, deadline);
+      for (Buffer& b : out) watch_.wait_send(*b, deadline);
     } catch (const std::exception& e) {
       strand(std::move(out), std::move(in), sends, recvs);
       fail(doing(), e.what());
@@ -87,12 +87,6 @@ class GlooCommunicator final : public Communicator {
     };
     distributed::keep_for_process(std::make_shared<Stranded>(
         Stranded{std::move(out), std::move(in), sends, recvs, device_, context_}));
-  }
-
-  // What is left of the time until `deadline` (at least 1 ms: gloo takes 0 as unset).
-  static std::chrono::milliseconds left(Clock::time_point deadline) {
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    return std::max(ms, std::chrono::milliseconds(1));
   }
 
   [[noreturn]] void fail(const char* what, const std::string& cause) {

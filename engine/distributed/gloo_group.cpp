@@ -76,12 +76,6 @@ struct Posted {
   }
 };
 
-// What is left of the time until `deadline` (at least 1 ms: gloo takes 0 as unset).
-std::chrono::milliseconds left(Clock::time_point deadline) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return std::max(ms, std::chrono::milliseconds(1));
-}
-
 class GlooGroup final : public ProcessGroup {
  public:
   GlooGroup(Rendezvous& r, double timeout_s) : ProcessGroup(r), store_(r), watch_(r) {
@@ -134,12 +128,12 @@ class GlooGroup final : public ProcessGroup {
         auto& b = posted.make(*context_, buf.raw(), static_cast<size_t>(buf.nbytes()));
         if (rank() != root) {
           b.recv(root, slot_for(kBroadcastTag));
-          return watch_.wait_recv(b, left(deadline));
+          return watch_.wait_recv(b, deadline);
         }
         for (int j = 0; j < world(); ++j)
           if (j != root) b.send(j, slot_for(kBroadcastTag));
         for (int j = 0; j < world(); ++j)
-          if (j != root) watch_.wait_send(b, left(deadline));
+          if (j != root) watch_.wait_send(b, deadline);
       });
     });
   }
@@ -203,8 +197,8 @@ class GlooGroup final : public ProcessGroup {
         out.send(j, slot_for(kScalarTag));
         in.recv(j, slot_for(kScalarTag), j * bytes, bytes);
       }
-      for (int j = 0; j + 1 < world(); ++j) watch_.wait_recv(in, left(deadline));
-      for (int j = 0; j + 1 < world(); ++j) watch_.wait_send(out, left(deadline));
+      for (int j = 0; j + 1 < world(); ++j) watch_.wait_recv(in, deadline);
+      for (int j = 0; j + 1 < world(); ++j) watch_.wait_send(out, deadline);
       for (int64_t i = 0; i < n; ++i) {
         double sum = 0;
         for (int j = 0; j < world(); ++j) sum += j == rank() ? (*mine)[i] : (*all)[j * n + i];
@@ -256,8 +250,8 @@ class GlooGroup final : public ProcessGroup {
                  uint64_t slot) {
     if (send_bytes > 0) from.send(right(), slot, from_at, send_bytes);
     if (recv_bytes > 0) into.recv(left_rank(), slot, into_at, recv_bytes);
-    if (recv_bytes > 0) watch_.wait_recv(into, context_->getTimeout());
-    if (send_bytes > 0) watch_.wait_send(from, context_->getTimeout());
+    if (recv_bytes > 0) watch_.wait_recv(into, Clock::now() + context_->getTimeout());
+    if (send_bytes > 0) watch_.wait_send(from, Clock::now() + context_->getTimeout());
   }
 
   // f32 sums (Note [Gloo rings over uneven pieces]): the partial sums travel in

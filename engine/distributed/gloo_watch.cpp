@@ -1,5 +1,6 @@
 #include "engine/distributed/gloo_watch.h"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <vector>
@@ -38,16 +39,18 @@ void GlooWatch::leave(gloo::transport::UnboundBuffer* b) {
   waiting_.erase(waiting_.find(b));
 }
 
-void GlooWatch::wait_recv(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout) {
-  wait(b, timeout, false);
+void GlooWatch::wait_recv(gloo::transport::UnboundBuffer& b, Deadline deadline) {
+  wait(b, deadline, false);
 }
 
-void GlooWatch::wait_send(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout) {
-  wait(b, timeout, true);
+void GlooWatch::wait_send(gloo::transport::UnboundBuffer& b, Deadline deadline) {
+  wait(b, deadline, true);
 }
 
-void GlooWatch::wait(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout,
-                     bool send) {
+void GlooWatch::wait(gloo::transport::UnboundBuffer& b, Deadline deadline, bool send) {
+  const auto timeout =
+      std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 deadline - std::chrono::steady_clock::now()));
   enter(&b);
   bool done = false;
   try {

@@ -43,10 +43,13 @@ class GlooWatch {
   GlooWatch(const GlooWatch&) = delete;
   GlooWatch& operator=(const GlooWatch&) = delete;
 
-  // b.waitRecv / b.waitSend within `timeout`, ended early by a dead rank. Throws
-  // what gloo throws, or std::runtime_error(kEnded).
-  void wait_recv(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout);
-  void wait_send(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout);
+  using Deadline = std::chrono::steady_clock::time_point;
+
+  // b.waitRecv / b.waitSend until `deadline` (at least 1 ms from now: gloo takes
+  // 0 as unset), ended early by a dead rank. Throws what gloo throws, or
+  // std::runtime_error(kEnded).
+  void wait_recv(gloo::transport::UnboundBuffer& b, Deadline deadline);
+  void wait_send(gloo::transport::UnboundBuffer& b, Deadline deadline);
 
   // Whether the watch has seen a rank die.
   bool fired() const;
@@ -54,7 +57,7 @@ class GlooWatch {
   std::string cause(const std::string& cause) const { return fired() ? kEnded : cause; }
 
  private:
-  void wait(gloo::transport::UnboundBuffer& b, std::chrono::milliseconds timeout, bool send);
+  void wait(gloo::transport::UnboundBuffer& b, Deadline deadline, bool send);
   void enter(gloo::transport::UnboundBuffer* b);
   void leave(gloo::transport::UnboundBuffer* b);
   void loop();
