@@ -23,7 +23,7 @@ GradBuckets::GradBuckets(int64_t total, double bucket_mb, int replicas) : replic
 }
 
 GradBuckets::GradBuckets(const std::vector<int64_t>& cuts, int replicas) : replicas_(replicas) {
-  FANOUT_ASSERT(cuts.size() >= 2 && cuts.front() == 0, "bucket cuts must start at 0");
+  FANOUT_ASSERT(cuts.size() >= 2 && cuts.front() >= 0, "bucket cuts need a start and an end");
   for (size_t k = cuts.size() - 1; k > 0; --k) {
     FANOUT_ASSERT(cuts[k - 1] < cuts[k], "bucket cuts must ascend");
     hi_.push_back(cuts[k]);

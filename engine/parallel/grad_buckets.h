@@ -22,8 +22,8 @@ class GradBuckets {
   // launch(begin, end) queues the bucket's collective on the comm streams; it is
   // called with the bucket's compute-stream events already waited on.
   GradBuckets(int64_t total, double bucket_mb, int replicas);
-  // One bucket per [cuts[k], cuts[k+1]) (ascending cuts from 0 to the total):
-  // zero2/zero3 reduce whole units.
+  // One bucket per [cuts[k], cuts[k+1]) (ascending cuts: from 0 to the total,
+  // or a pipeline stage's range): zero2/zero3 reduce whole units.
   GradBuckets(const std::vector<int64_t>& cuts, int replicas);
 
   int64_t count() const { return static_cast<int64_t>(lo_.size()); }

@@ -50,13 +50,17 @@ struct ShardedStorage::Slot {
 class ShardedStorage::View final : public UnitStore {
  public:
   View(ShardedStorage& s, int i) : s_(s), i_(i) {}
-  Tensor acquire_weights(int unit, int next) override { return s_.acquire_weights(i_, unit, next); }
-  void release_weights(int unit) override { s_.release_weights(i_, unit); }
+  // The model numbers units in its whole layout; a stage's store holds its own.
+  Tensor acquire_weights(int unit, int next) override {
+    return s_.acquire_weights(i_, unit - first(), next < 0 ? next : next - first());
+  }
+  void release_weights(int unit) override { s_.release_weights(i_, unit - first()); }
   Tensor acquire_grads(int unit, int64_t begin, int64_t end) override {
-    return s_.acquire_grads(i_, unit, begin, end);
+    return s_.acquire_grads(i_, unit - first(), begin, end);
   }
 
  private:
+  int first() const { return s_.options_.first_unit; }
   ShardedStorage& s_;
   int i_;
 };
@@ -98,13 +102,14 @@ ShardedStorage::ShardedStorage(const std::vector<Replica*>& replicas, const Unit
   FANOUT_ASSERT(rank0_ + n <= shards_.ranks(), "more replicas than shards");
   FANOUT_ASSERT(group_ != nullptr || shards_.ranks() == n,
                 "in one process every rank is a replica");
-  std::vector<int64_t> cuts{0};
+  // The units may be a pipeline stage's: the gradient ranges inside them.
+  std::vector<int64_t> cuts{units_.front().begin};
   for (const ParamUnit& r : replicas_[0]->grad_ranges()) {
-    FANOUT_ASSERT(r.begin == cuts.back() && r.end > r.begin,
-                  "gradient ranges must tile the layout");
+    if (r.end <= units_.front().begin || r.begin >= units_.back().end) continue;
+    FANOUT_ASSERT(r.begin == cuts.back() && r.end > r.begin, "gradient ranges must tile the units");
     cuts.push_back(r.end);
   }
-  FANOUT_ASSERT(cuts.back() == units_.back().end, "gradient ranges must cover the layout");
+  FANOUT_ASSERT(cuts.back() == units_.back().end, "gradient ranges must cover the units");
   buckets_ = std::make_unique<GradBuckets>(cuts, n);
   for (int i = 0; i < n; ++i) {
     auto slot = std::make_unique<Slot>();
@@ -269,6 +274,8 @@ void ShardedStorage::begin_backward(const std::vector<bool>& active,
 
 Tensor ShardedStorage::acquire_grads(int i, int unit, int64_t begin, int64_t end) {
   Slot& slot = *slots_[i];
+  FANOUT_ASSERT(0 <= unit && unit < static_cast<int>(units_.size()), "unit ", unit,
+                " is not in this store");
   FANOUT_ASSERT(units_[unit].begin <= begin && begin < end && end <= units_[unit].end,
                 "gradient range [", begin, ", ", end, ") is not inside unit ", unit);
   std::unique_lock<std::mutex> lock(slot.mu);

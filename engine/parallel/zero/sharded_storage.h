@@ -60,6 +60,9 @@ class ShardedStorage {
     bool weights = false;        // zero3: the weights are sharded too
     DType working = DType::f32;  // the dtype the replicas compute with
     int max_units = 2;           // per replica: gathered units
+    // The models' index of shards.units()[0]: a pipeline stage's first unit
+    // (its units are the whole model's [first_unit, first_unit + count)).
+    int first_unit = 0;
   };
   // replicas: this process's replicas, local rank i = global rank
   // peers.rank0() + i of shards.ranks(). Sums and gathers go through `peers`
