@@ -180,11 +180,14 @@ void LlamaModel::ensure_params() {
 
 // The flat gradients, at the first backward or zero_grads (never for a model that
 // only runs forward: eval, generate).
+// Under a unit store (a pipeline stage's zero2) a tied lm_head's gradient stays
+// here, whole: the engine adds it to the embedding's shards.
 void LlamaModel::ensure_grads() {
-  if (store_ != nullptr || grads_.defined()) return;
-  grads_ = Tensor::empty({top_ - base_}, DType::f32, device_, MemTag::grads);
-  flat_fill(*stream_, grads_, 0.0f);
-  if (config_.tie_word_embeddings && !has_embedding() && has_head()) {
+  if (store_ == nullptr && !grads_.defined()) {
+    grads_ = Tensor::empty({top_ - base_}, DType::f32, device_, MemTag::grads);
+    flat_fill(*stream_, grads_, 0.0f);
+  }
+  if (config_.tie_word_embeddings && !has_embedding() && has_head() && !tied_g_.defined()) {
     tied_g_ = Tensor::empty({units_[0].end - units_[0].begin}, DType::f32, device_, MemTag::grads);
     flat_fill(*stream_, tied_g_, 0.0f);
   }
@@ -194,7 +197,7 @@ void LlamaModel::set_unit_store(parallel::UnitStore* store, bool weights) {
   FANOUT_ASSERT(store != nullptr && store_ == nullptr, "set_unit_store: once, with a store");
   FANOUT_ASSERT(!params_.defined() && !grads_.defined(),
                 "set_unit_store after the flat buffers were allocated");
-  FANOUT_ASSERT(whole(), "a unit store for a pipeline stage");
+  FANOUT_ASSERT(whole() || !weights, "sharded weights (zero3) for a pipeline stage");
   store_ = store;
   store_weights_ = weights;
 }
@@ -366,9 +369,8 @@ Tensor LlamaModel::grad(const std::string& name) {
 }
 
 void LlamaModel::zero_grads() {
-  if (store_ != nullptr) return;  // the store's shards are the engine's to clear
   ensure_grads();
-  flat_fill(*stream_, grads_, 0.0f);
+  if (store_ == nullptr) flat_fill(*stream_, grads_, 0.0f);  // else the store's to clear
   if (tied_g_.defined()) flat_fill(*stream_, tied_g_, 0.0f);
 }
 

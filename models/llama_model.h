@@ -45,7 +45,8 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
   const LlamaLayout& layout() const { return layout_; }
   DType working_dtype() const override { return working_dtype_; }
   // Note [Pipeline stages]: hold and run only units [first_unit, last_unit) of
-  // units(). Before any buffer exists; not with a unit store.
+  // units(). Before any buffer exists and before set_unit_store (a stage's store
+  // holds its gradients only: zero2 within a pipeline stage).
   void set_stage(int first_unit, int last_unit);
   // Note [Recompute]: keep each layer's input only and compute its forward again
   // inside backward (bit-identical results). Before the first forward.
@@ -97,6 +98,7 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
 
   // --- PipeStage ---
   parallel::ParamUnit stage_range() const override { return {base_, top_}; }
+  parallel::Replica& as_replica() override { return *this; }
   std::vector<parallel::FlatPiece> pieces() const override;
   int64_t hidden_size() const override { return config_.hidden_size; }
   Tensor tied_weights() override { return tied_w_; }

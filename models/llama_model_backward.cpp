@@ -174,7 +174,9 @@ void LlamaModel::backward_head(const Tensor& dlogits, int64_t ld, bool split) {
     return;
   }
   acquire_grads(head);
-  if (tied) acquire_grads(0);  // the lm_head's gradient, until the embedding adds its own
+  // Tied: the lm_head's gradient goes into the embedding's, until the embedding
+  // adds its own; on a stage without the embedding, into tied_g_.
+  if (tied && has_embedding()) acquire_grads(0);
   ops::matmul_backward(s, a.dln, g(layout_.lm_head(), {V, C}), dlogits, a.lnf,
                        w(layout_.lm_head(), {V, C}), N, C, V, ld);
   final_norm();
@@ -264,7 +266,7 @@ void LlamaModel::backward_embedding() {
     });
     return;
   }
-  if (!tied) acquire_grads(0);
+  if (!tied || !has_head()) acquire_grads(0);  // tied with the head: acquired there
   embedding_grad();
   release_grads(0);
 }

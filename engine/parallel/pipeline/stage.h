@@ -11,6 +11,7 @@
 
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
+#include "engine/parallel/replica.h"
 #include "engine/parallel/unit_store.h"
 
 namespace fanout::parallel {
@@ -34,6 +35,11 @@ class PipeStage {
 
   virtual Device device() const = 0;
   virtual Stream& compute_stream() = 0;
+  // The same model as a Replica, for zero2 within a stage: its replicas keep
+  // their gradients in a ShardedStorage over the stage's units (Replica::
+  // set_unit_store with weights = false, grad_ranges, the grad-ready callback),
+  // and grads() is then unavailable.
+  virtual Replica& as_replica() = 0;
 
   // The elements [begin, end) of the stage's model layout (the whole model's, or
   // a tensor-parallel shard's) this stage holds and updates; params(), grads()
