@@ -7,6 +7,7 @@
 #include "engine/core/flat.h"
 #include "engine/parallel/collectives/collectives.h"
 #include "engine/parallel/pipeline/pipeline_lane.h"
+#include "engine/parallel/pipeline/pipeline_store.h"
 #include "engine/parallel/step_aborted.h"
 #include "engine/parallel/tensor/tensor_peers.h"
 
@@ -31,6 +32,8 @@ Pipeline::Pipeline(const StageFactory& factory, PipelineOptions options)
                options_.micro_batches);
   FANOUT_ASSERT(static_cast<int>(options_.cut.size()) == K + 1 && options_.cut[0] == 0,
                 "a stage cut needs ", K + 1, " bounds");
+  pipeline_strategy_check(options_.strategy, T, options_.schedule,
+                          K > 1 ? "--pp " + std::to_string(K) : "--tp " + std::to_string(T));
   schedule_ = make_schedule(options_.schedule, K, options_.micro_batches);
   check_schedule(schedule_);
   // Activation slots: the most micro-batches a stage holds at once (each stage
@@ -75,15 +78,12 @@ Pipeline::Pipeline(const StageFactory& factory, PipelineOptions options)
     }
   }
   total_ = stage(K - 1).stage_range().end;
-  FANOUT_CHECK(options_.strategy == Strategy::dp || options_.strategy == Strategy::zero1,
-               "--pp sums each stage's gradients over its replicas as --strategy dp or zero1 "
-               "does; it does not combine with --strategy ",
-               strategy_name(options_.strategy));
+  if (zero2()) make_stores();
   make_shards();
   for (int i = 0; i < n; ++i) lanes_.push_back(std::make_unique<Lane>(options_.devices[i]));
   pool_ = std::make_unique<ThreadPool>(options_.devices);
   posted_.assign(static_cast<size_t>(n) * options_.micro_batches * 2, 0);
-  if (replicas_ > 1) {
+  if (replicas_ > 1 && !zero2()) {  // zero2: its stores' peers
     for (int s = 0; s < K; ++s) {
       for (int t = 0; t < T; ++t) {
         std::vector<Device> group;
@@ -95,7 +95,10 @@ Pipeline::Pipeline(const StageFactory& factory, PipelineOptions options)
   }
 }
 
-Pipeline::~Pipeline() = default;
+Pipeline::~Pipeline() {
+  if (zero2())
+    for (auto& st : stages_) st->as_replica().set_grad_ready_callback(nullptr);
+}
 
 AllocatorStats Pipeline::memory(int s, int replica, int t) const {
   return allocator_for(stages_[index(s, replica, t)]->device()).stats();
@@ -106,11 +109,12 @@ int64_t Pipeline::bytes_moved() const {
   for (const auto& c : stage_comms_) total += c->bytes_moved();
   for (const auto& p : peers_) total += p->bytes_moved();
   for (const auto& c : tensor_comms_) total += c->bytes_moved();
-  return total;
+  return total + stores_bytes_moved();
 }
 
 void Pipeline::zero_grad() {
   for (auto& st : stages_) st->zero_grads();
+  zero_stores();
 }
 
 // --- weights and gradients, whole, on the host ---------------------------------
@@ -196,7 +200,7 @@ void Pipeline::sum_partial_pieces(int s, int d) {
 
 void Pipeline::reduce_stage(int s) {
   for (int d = 0; d < replicas_; ++d) sum_partial_pieces(s, d);
-  if (replicas_ == 1) return;
+  if (replicas_ == 1 || zero2()) return;  // zero2: reduced during backward
   for (int t = 0; t < tensor(); ++t) {
     auto [bufs, streams] = across_replicas(s, t, &PipeStage::grads);
     if (zero1())
@@ -222,29 +226,40 @@ void Pipeline::stage_done(int s) {
       if (aborted_) throw StepAborted("stopped: another stage failed in this step");
     }
   }
-  if (s == 0 && tied())
-    for (int d = 0; d < replicas_; ++d)
-      for (int t = 0; t < tensor(); ++t) add_tied(d, t);
+  if (s == 0 && tied()) add_tied_all();
   reduce_stage(s);
 }
 
 void Pipeline::reduce_gradients() {
   if (!reduced_) {
-    for (int d = 0; d < replicas_ && tied(); ++d)
-      for (int t = 0; t < tensor(); ++t) add_tied(d, t);
+    if (tied()) add_tied_all();
     for (int s = 0; s < stages(); ++s) reduce_stage(s);
   }
   reduced_ = false;
   for (auto& st : stages_) st->compute_stream().synchronize();
+  sync_stores();
+}
+
+// Every replica's (and tensor rank's) tied lm_head gradient into its embedding's.
+void Pipeline::add_tied_all() {
+  if (zero2()) return add_tied_sharded();
+  for (int d = 0; d < replicas_; ++d)
+    for (int t = 0; t < tensor(); ++t) add_tied(d, t);
 }
 
 // --- the optimizer's half -------------------------------------------------------
 
 // dp: one shard per stage and tensor rank, replica 0's; zero1: one per stage,
-// rank and replica, the replica's part of the stage (bounds_). Rank t's layout
-// sits at t * total_ of the grid's flat space.
+// rank and replica, the replica's part of the stage (bounds_); zero2: one per
+// stage, unit and replica (its store's pieces). Rank t's layout sits at
+// t * total_ of the grid's flat space.
 void Pipeline::make_shards() {
   for (int s = 0; s < stages(); ++s) {
+    if (zero2()) {
+      bounds_.emplace_back();
+      make_sharded_shards(s);
+      continue;
+    }
     const ParamUnit r = stage(s).stage_range();
     const int owners = zero1() ? replicas_ : 1;
     bounds_.push_back(shard_bounds(r.end - r.begin, owners));
@@ -265,7 +280,9 @@ Tensor Pipeline::shard_params(int i) {
 }
 
 Tensor Pipeline::shard_grads(int i) {
-  return owner(i).grads().view(shards_[i].lo, {shards_[i].hi - shards_[i].lo});
+  const ShardAt& sh = shards_[i];
+  if (zero2()) return store_grads(sh.stage, sh.replica).view(sh.grad_at, {sh.hi - sh.lo});
+  return owner(i).grads().view(sh.lo, {sh.hi - sh.lo});
 }
 
 Tensor Pipeline::shard_working(int i) {
@@ -275,13 +292,17 @@ Tensor Pipeline::shard_working(int i) {
   return st.working_params().view(sh.lo, {sh.hi - sh.lo});
 }
 
-// fn(i) for every shard on its owner's thread; the owners' streams drained.
+// fn(i) for every shard on its owner's thread (an owner's shards in order); the
+// owners' streams drained.
 void Pipeline::run_on_shards(const std::function<void(int)>& fn) {
   std::vector<int> owners;
   for (const ShardAt& sh : shards_) owners.push_back(index(sh.stage, sh.replica, sh.t));
-  pool_->run_on(owners, [&](int lane) {
-    const int i = static_cast<int>(std::find(owners.begin(), owners.end(), lane) - owners.begin());
-    fn(i);
+  std::vector<int> lanes = owners;
+  std::sort(lanes.begin(), lanes.end());
+  lanes.erase(std::unique(lanes.begin(), lanes.end()), lanes.end());
+  pool_->run_on(lanes, [&](int lane) {
+    for (int i = 0; i < static_cast<int>(owners.size()); ++i)
+      if (owners[i] == lane) fn(i);
     stages_[lane]->compute_stream().synchronize();
   });
 }
@@ -376,6 +397,10 @@ std::vector<ParamUnit> Pipeline::shard_counted(int i) const {
 // each owner's shard (zero1).
 void Pipeline::sync_replicas() {
   for (int s = 0; s < stages() && replicas_ > 1; ++s) {
+    if (zero2()) {
+      gather_sharded(s);
+      continue;
+    }
     for (int t = 0; t < tensor(); ++t) {
       auto [bufs, streams] = across_replicas(s, t, &PipeStage::working_params);
       if (zero1())

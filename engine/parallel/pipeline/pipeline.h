@@ -13,7 +13,10 @@
 //             K stages of a replica are neighbours); the batch's rows are split
 //             over the replicas, each replica's into M micro-batches, and each
 //             stage's gradients summed over its replicas onto replica 0's (dp),
-//             or reduce-scattered over them, each updating its part (zero1)
+//             or reduce-scattered over them, each updating its part (zero1), or
+//             kept sharded: every micro-batch's gradients reduce-scattered unit
+//             by unit during its backward into each replica's shards, never
+//             whole (zero2, pipeline_zero2.cpp)
 //   tied      a tied lm_head on the last stage is one logical weight with the
 //             first stage's embedding: its gradient is added there before the
 //             update, the updated weights copied back after it
@@ -55,9 +58,10 @@ struct PipelineOptions {
   PipeSchedule schedule = PipeSchedule::one_f_one_b;
   int micro_batches = 0;  // per replica and step; 0: 2 x stages
   // How each stage's replicas share the update: dp (gradients summed onto
-  // replica 0, which updates and broadcasts), or zero1 (reduce-scattered: each
+  // replica 0, which updates and broadcasts), zero1 (reduce-scattered: each
   // replica updates its part of the stage with its part of the AdamW state, the
-  // parts all-gathered).
+  // parts all-gathered), or zero2 (zero1's parts, a piece of every unit, with the
+  // gradients sharded as well; pipeline_strategy_check says what it needs).
   Strategy strategy = Strategy::dp;
   // Each stage's gradient sum starts as soon as its replicas finish the step's
   // schedule, while the stages before it still run backward.
@@ -75,7 +79,16 @@ struct PipelineOptions {
 };
 
 class Collectives;
+class ReplicaGroup;
 class TensorPeers;
+
+// Refuses (one line) a data-parallel strategy a pipeline or tensor-parallel grid
+// cannot share its stages with: dp, zero1, and zero2 without tensor parallelism
+// and without the zero-bubble schedule (whose weight gradients come apart from
+// backward, while zero2 reduces each unit's as backward makes it). `flag`: how
+// the user asked for the grid ("--pp 2").
+void pipeline_strategy_check(Strategy strategy, int tensor, PipeSchedule schedule,
+                             const std::string& flag);
 
 // Where a stage model goes in the grid: it holds units [first_unit, last_unit)
 // on `device`; with tensor parallelism it is rank `tensor_rank` of `peers`.
@@ -153,15 +166,36 @@ class Pipeline final : public ShardSet {
  private:
   struct Lane;  // one (replica, stage): boundary buffers, events, batch buffers
   // A shard: [lo, hi) of stage `stage`'s buffers on (`replica`, tensor rank t);
-  // base: the stage's offset in the grid's flat space.
+  // base: the stage's offset in the grid's flat space; grad_at (zero2): where
+  // its gradients sit in the replica's shard buffer of the stage's store.
   struct ShardAt {
     int stage, replica, t;
     int64_t lo, hi, base;
+    int64_t grad_at = -1;
   };
+  struct StageStore;  // zero2: one stage's gradient shards (pipeline_zero2.cpp)
   struct LanePos {
     int stage, replica, t;
   };
   bool zero1() const { return options_.strategy == Strategy::zero1 && replicas_ > 1; }
+  bool zero2() const { return options_.strategy == Strategy::zero2 && replicas_ > 1; }
+  // --- zero2 (pipeline_zero2.cpp) ---
+  void make_stores();
+  void make_sharded_shards(int s);
+  // Before each backward of stage s on one of its replicas: waits until every
+  // replica is there, the last one arming the store for this micro-batch.
+  void arm_store(int s);
+  void finish_stores();  // after a step's schedule: every unit was reduced
+  // The tied lm_head's gradient of every replica, reduce-scattered into the
+  // embedding's shards (on the first stage's comm streams).
+  void add_tied_sharded();
+  void gather_sharded(int s);                    // each owner's pieces of stage s to every replica
+  Tensor store_grads(int s, int replica) const;  // the replica's gradient shards
+  void zero_stores();                            // queued: every shard <- 0
+  void sync_stores();                            // the comm streams drained
+  int64_t stores_bytes_moved() const;
+  void abort_stores();
+  void reset_stores();
   void make_shards();
   PipeStage& owner(int i) const {
     return *stages_[index(shards_[i].stage, shards_[i].replica, shards_[i].t)];
@@ -189,6 +223,7 @@ class Pipeline final : public ShardSet {
                  bool last);
   bool tied();  // a tied lm_head on the last stage, apart from the embedding
   void add_tied(int replica, int t);
+  void add_tied_all();
   void reduce_stage(int s);
   void sum_partial_pieces(int s, int replica);
   void stage_done(int s);
@@ -211,6 +246,7 @@ class Pipeline final : public ShardSet {
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<std::unique_ptr<Collectives>> stage_comms_;  // per stage and rank, over replicas
+  std::vector<std::unique_ptr<StageStore>> stores_;        // zero2: per stage
   std::vector<std::unique_ptr<TensorPeers>> peers_;        // per replica and stage (T > 1)
   // Per replica and stage (T > 1): sums of partial pieces (FlatPiece::partial)
   // over the tensor ranks, after the step.

@@ -61,6 +61,7 @@ void Pipeline::run_lanes(const std::function<void(int)>& fn) {
         }
         cv_.notify_all();
         for (auto& p : peers_) p->abort();  // tensor peers waiting in a collective
+        abort_stores();                     // zero2 replicas waiting for room
         throw;
       }
     });
@@ -80,6 +81,7 @@ void Pipeline::recover() {
     } catch (...) {
     }
   }
+  reset_stores();
 }
 
 // Buffers for this step's micro-batches: tokens on first stages, targets and
@@ -133,6 +135,7 @@ LossStats Pipeline::step(const HostBatch& batch, int32_t ignore_index, double no
     if (s == K - 1) lanes_[li]->read_stats(stages_[li]->compute_stream());
     if (overlap) stage_done(s);
   });
+  if (backward) finish_stores();
   reduced_ = overlap;
   LossStats total;
   for (int d = 0; d < D; ++d) {  // every tensor rank computes the same loss: rank 0's
@@ -197,6 +200,7 @@ void Pipeline::run_actions(int li, const std::vector<int64_t>& rows, int64_t T,
         ln.bwd_event[m]->wait(stream);
         dout = ln.bwd_in(m);
       }
+      if (zero2()) arm_store(s);  // Note [zero2 in a pipeline]
       span.emplace(stream, action_text(a));
       st.stage_backward(dout, normalizer, a.kind == ActionKind::backward_input);
       if (s > 0) {

@@ -63,7 +63,7 @@ struct PipelineSetup {
   parallel::PipeSchedule schedule = parallel::PipeSchedule::one_f_one_b;
   std::vector<int> cut;
   bool recompute = false;
-  parallel::Strategy strategy = parallel::Strategy::dp;  // dp or zero1 over the replicas
+  parallel::Strategy strategy = parallel::Strategy::dp;  // dp, zero1 or zero2 over the replicas
   bool overlap = false;
   std::string devices;  // empty: cpu:0..cpu:(stages * replicas * tensor - 1)
   std::function<void(int, int, const parallel::Action&)> fault_hook;

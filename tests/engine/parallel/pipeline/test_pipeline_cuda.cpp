@@ -1,7 +1,8 @@
 // GPU: the pipeline invariant on one GPU -- 2 and 3 stages on "cuda:0,cuda:0"
 // (and cuda:0 x 3) against one cuda:0 on the whole batch, every schedule, tied
 // or not, fp32 and bf16 (the CUDA bf16 path: cuBLASLt, the attention the build
-// picks, the fused classifier); --recompute bit-identical on the GPU too.
+// picks, the fused classifier); --recompute bit-identical on the GPU too; 2
+// stages x 2 replicas under zero1 and zero2 (gradient shards, CUDA frees).
 
 #include <doctest/doctest.h>
 
@@ -45,6 +46,34 @@ TEST_CASE("pipeline on cuda:0 x K equals one cuda:0 on the whole batch") {
           CHECK(again.losses == got.losses);
           CHECK(again.final_params == got.final_params);
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("pipeline on cuda:0: 2 stages x 2 replicas under zero1 and zero2 equal one cuda:0") {
+  const TestBatch batch = make_batch(8, 8, 61, 21, {0, 3, 7, 1, 0, 5, 2, 8});
+  for (DType working : {DType::f32, DType::bf16}) {
+    for (bool tied : {false, true}) {
+      models::LlamaConfig config = small_test_config();
+      config.num_hidden_layers = 3;
+      config.tie_word_embeddings = tied;
+      parallel::DataParallelOptions one;
+      one.device_ids = {cuda_device(0)};
+      const RunResult ref = run_data_parallel(one, batch, 3, 7, working, &config);
+      for (parallel::Strategy strategy : {parallel::Strategy::zero1, parallel::Strategy::zero2}) {
+        CAPTURE(dtype_name(working));
+        CAPTURE(tied);
+        CAPTURE(parallel::strategy_name(strategy));
+        PipelineSetup setup;
+        setup.devices = "cuda:0,cuda:0,cuda:0,cuda:0";
+        setup.stages = 2, setup.replicas = 2, setup.micro_batches = 2;
+        setup.strategy = strategy;
+        RunResult got = run_pipeline(setup, batch, 3, 7, working, &config);
+        if (working == DType::f32)
+          check_runs_close(got, ref, config, 1e-5, 1e-5, 1e-3);
+        else
+          check_runs_close(got, ref, config, 1e-4, 1e-3, 1e-2);
       }
     }
   }
