@@ -5,6 +5,7 @@
 
 #include "engine/core/check.h"
 #include "engine/parallel/pipeline/balance.h"
+#include "engine/parallel/pipeline/pipeline.h"
 #include "models/llama_layout.h"
 #include "models/llama_model.h"
 #include "models/llama_tensor.h"
@@ -78,12 +79,10 @@ namespace {
 void refuse_for_grid(const TrainOptions& o, const Setup& s, const std::string& flag) {
   FANOUT_CHECK(!s.ddp.enabled, flag, " runs its devices in one process: it does not combine with ",
                "--strategy ", o.strategy, " across processes");
-  FANOUT_CHECK(s.strategy.strategy == parallel::Strategy::dp ||
-                   s.strategy.strategy == parallel::Strategy::zero1,
-               flag,
-               " shares each stage among its replicas as --strategy dp or zero1 does; it does "
-               "not combine with --strategy ",
-               o.strategy);
+  parallel::pipeline_strategy_check(
+      s.strategy.strategy, static_cast<int>(o.tp),
+      parallel::pipe_schedule_parse(o.pp_schedule).value_or(parallel::PipeSchedule::one_f_one_b),
+      flag);
   FANOUT_CHECK(s.loss_on == parallel::LossOn::replicas, flag,
                " computes the loss on the last stage: --loss-on output does not combine with it");
   FANOUT_CHECK(o.output_device.empty() && o.micro_batch_sizes.empty(), "--",

@@ -18,7 +18,7 @@ using namespace fanout::test::ddp;
 
 TEST_CASE(
     "train --pp: every schedule on 2, 3 and 4 stages, and 2 stages x 2 replicas (dp, zero1, "
-    "overlap)") {
+    "zero2, overlap)") {
   TinyRun run;
   const std::vector<float> init = weights_all(run.init);
   const std::string single = run.dir / "single";
@@ -40,7 +40,7 @@ TEST_CASE(
       check_same(outcome(out, init), ref);
     }
   }
-  for (const char* strategy : {"dp", "zero1"}) {
+  for (const char* strategy : {"dp", "zero1", "zero2"}) {
     for (const char* overlap : {"--no-overlap", "--overlap"}) {
       CAPTURE(strategy);
       CAPTURE(overlap);
@@ -86,6 +86,8 @@ TEST_CASE("train --pp: checkpoints cross between pipelines and dp on one device"
                 {"--devices", "cpu:0,cpu:1,cpu:2", "--pp", "3", "--pp-schedule", "zb1"}},
                {{"--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--pp", "4", "--pp-schedule", "gpipe"},
                 {"--devices", "cpu:0,cpu:1", "--pp", "2"}},
+               {{"--devices", "cpu:0,cpu:1,cpu:2,cpu:3", "--pp", "2", "--strategy", "zero2"},
+                {"--devices", "cpu:0,cpu:1", "--strategy", "zero2"}},
            });
 }
 
@@ -127,8 +129,13 @@ TEST_CASE("train --pp: bad pipeline flags are refused in one line") {
           "--balance must be params, flops, time or decoder layers per stage");
   refused({"--devices", "cpu:0,cpu:1", "--pp", "2", "--pp-schedule", "1f2b"},
           "--pp-schedule must be gpipe, 1f1b or zb1, got '1f2b'");
-  refused({"--devices", "cpu:0,cpu:1", "--pp", "2", "--strategy", "zero2"},
-          "does not combine with --strategy zero2");
+  refused({"--devices", "cpu:0,cpu:1", "--pp", "2", "--strategy", "zero3"},
+          "--pp 2 shares each stage among its replicas as --strategy dp, zero1 or zero2 does; it "
+          "does not combine with --strategy zero3");
+  refused({"--devices", four, "--pp", "2", "--strategy", "zero2", "--pp-schedule", "zb1"},
+          "--pp-schedule zb1 computes the weight gradients apart from backward");
+  refused({"--devices", four, "--pp", "2", "--tp", "2", "--strategy", "zero2"},
+          "--tp 2 with --strategy zero2: tensor-parallel ranks sum part of their gradients");
   refused({"--devices", "cpu:0,cpu:1", "--pp", "2", "--loss-on", "output"},
           "--loss-on output does not combine with it");
   refused({"--devices", "cpu:0,cpu:1", "--micro-batches", "2"},
@@ -154,14 +161,15 @@ TEST_CASE("train --pp --balance: layers per stage, flops and time cut the model"
 
 TEST_CASE("train --pp: the small preset trains on 4 devices capped below what dp needs") {
   TempDir dir("fanout-pp-memory");
-  auto run = [&](const std::string& name, std::vector<std::string> extra) {
+  auto run = [&](const std::string& name, std::vector<std::string> extra,
+                 const char* cap = "200MiB") {
     std::vector<std::string> args = {"train",
                                      "--preset",
                                      "small",
                                      "--devices",
                                      "cpu:0,cpu:1,cpu:2,cpu:3",
                                      "--device-memory",
-                                     "200MiB",
+                                     cap,
                                      "--batch-size",
                                      "8",
                                      "--seq-len",
@@ -190,4 +198,13 @@ TEST_CASE("train --pp: the small preset trains on 4 devices capped below what dp
     CHECK(r.rc == 0);
     CHECK(metrics_losses(dir / (std::string("pp") + pp) + "/metrics.jsonl").size() == 2);
   }
+  // 2 stages x 2 replicas at 110 MiB: zero1 keeps a stage's gradients whole on
+  // each device (30 MiB) and runs out; zero2 keeps half of them.
+  CliResult zero1 = run("zero1", {"--pp", "2", "--strategy", "zero1"}, "110MiB");
+  check_fails(zero1.rc, zero1.err, "out of memory on cpu:");
+  CHECK(has(zero1.err, "to fit, try --recompute, --strategy zero2"));
+  CliResult zero2 = run("zero2", {"--pp", "2", "--strategy", "zero2"}, "110MiB");
+  INFO("stderr: " << zero2.err);
+  CHECK(zero2.rc == 0);
+  CHECK(metrics_losses(dir / "zero2/metrics.jsonl").size() == 2);
 }
