@@ -128,12 +128,14 @@ std::string memory_hint(const TrainOptions& o, const Setup& s) {
   if (!grid && st == parallel::Strategy::dp) flags.push_back("--strategy zero1, zero2 or zero3");
   if (!grid && st == parallel::Strategy::zero1) flags.push_back("--strategy zero2 or zero3");
   if (!grid && st == parallel::Strategy::zero2) flags.push_back("--strategy zero3");
-  // A grid shares its stages over replicas as dp, zero1 or (pipelines without
-  // tensor parallelism or zb1) zero2 does.
+  // A grid shares its stages over its replicas (if it has several) as dp, zero1
+  // or (pipelines without tensor parallelism or zb1) zero2 does.
+  const bool replicas = static_cast<int64_t>(s.devices.size()) > o.pp * o.tp;
   const bool grid_zero2 = o.tp == 1 && s.pipe_schedule != parallel::PipeSchedule::zb1;
-  if (grid && st == parallel::Strategy::dp)
+  if (grid && replicas && st == parallel::Strategy::dp)
     flags.push_back(grid_zero2 ? "--strategy zero1 or zero2" : "--strategy zero1");
-  if (grid && grid_zero2 && st == parallel::Strategy::zero1) flags.push_back("--strategy zero2");
+  if (grid && replicas && grid_zero2 && st == parallel::Strategy::zero1)
+    flags.push_back("--strategy zero2");
   if (!grid && o.offload.empty() && !(s.strategy.processes && st == parallel::Strategy::dp))
     flags.push_back("--offload optimizer");
   flags.push_back(o.batch_size_auto ? "a larger --batch-size-margin" : "--batch-size auto");

@@ -270,4 +270,13 @@ TEST_CASE("running out of memory during a run names the flags that would help") 
   r = run(concat(base(dir / "oom3", 1), {"--batch-size", "64", "--device-memory", "24MiB",
                                          "--strategy", "zero3", "--recompute"}));
   check_fails(r.rc, r.err, "; to fit, try --offload optimizer or --batch-size auto");
+  // A pipeline of one replica has no replicas to share its stages with: no
+  // strategy would help; with two, zero1 and zero2 would.
+  r = run(concat(base(dir / "pp", 1), {"--batch-size", "64", "--device-memory", "10MiB", "--pp",
+                                       "2", "--micro-batches", "2"}));
+  check_fails(r.rc, r.err, "; to fit, try --recompute or --batch-size auto");
+  r = run(concat(base(dir / "pp2", 1, "cpu:0,cpu:1,cpu:2,cpu:3"),
+                 {"--batch-size", "64", "--device-memory", "10MiB", "--pp", "2"}));
+  check_fails(r.rc, r.err,
+              "; to fit, try --recompute, --strategy zero1 or zero2 or --batch-size auto");
 }
