@@ -2,8 +2,12 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
+#include <memory>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "apps/train/optimizer.h"
 #include "engine/parallel/pipeline/balance.h"
@@ -104,6 +108,25 @@ RunResult run_data_parallel(parallel::DataParallelOptions options, const TestBat
   out.final_params.assign(layout.total(), 0.0f);
   dp.params_to_host(out.final_params.data());  // zero1 bf16 and zero3: from the shards' owners
   return out;
+}
+
+std::function<void(Stream&, int, int, const parallel::Action&)> random_delay_hook(
+    unsigned seed, std::atomic<int>& delayed) {
+  struct Shared {
+    std::mutex mu;
+    std::mt19937 rng;
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->rng.seed(seed);
+  return [shared, &delayed](Stream& stream, int, int, const parallel::Action&) {
+    int us = 0;
+    {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      us = std::uniform_int_distribution<int>(0, 3000)(shared->rng);
+    }
+    stream.enqueue([us] { std::this_thread::sleep_for(std::chrono::microseconds(us)); });
+    ++delayed;
+  };
 }
 
 std::unique_ptr<parallel::Pipeline> make_pipeline(const PipelineSetup& setup,

@@ -2,6 +2,8 @@
 // A small Llama, synthetic batches with padded rows, and runs of the DataParallel
 // engine plus AdamW for a few steps, for the N-devices-equal-one invariant.
 
+#include <atomic>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,6 +71,10 @@ struct PipelineSetup {
   std::function<void(int, int, const parallel::Action&)> fault_hook;
   std::function<void(Stream&, int, int, const parallel::Action&)> delay_hook;
 };
+// A delay_hook that queues a sleep of 0-3 ms (random, from `seed`) on the
+// stage's stream before each action, counting them in `delayed`.
+std::function<void(Stream&, int, int, const parallel::Action&)> random_delay_hook(
+    unsigned seed, std::atomic<int>& delayed);
 std::unique_ptr<parallel::Pipeline> make_pipeline(const PipelineSetup& setup,
                                                   const models::LlamaConfig& config,
                                                   DType working = DType::f32);

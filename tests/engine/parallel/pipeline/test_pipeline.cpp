@@ -5,10 +5,8 @@
 
 #include <doctest/doctest.h>
 
-#include <chrono>
+#include <atomic>
 #include <cmath>
-#include <random>
-#include <thread>
 
 #include "engine/core/check.h"
 #include "models/llama_layout.h"
@@ -209,15 +207,8 @@ TEST_CASE("pipeline: random delays on the devices change nothing") {
     PipelineSetup setup;
     setup.stages = 3, setup.micro_batches = 4, setup.schedule = sched;
     RunResult calm = run_pipeline(setup, batch, 2, 7, DType::f32, &config);
-    std::mt19937 rng(5);
-    std::mutex mu;
-    int delayed = 0;
-    setup.delay_hook = [&](Stream& stream, int, int, const parallel::Action&) {
-      std::lock_guard<std::mutex> lock(mu);
-      const int us = std::uniform_int_distribution<int>(0, 3000)(rng);
-      stream.enqueue([us] { std::this_thread::sleep_for(std::chrono::microseconds(us)); });
-      ++delayed;
-    };
+    std::atomic<int> delayed{0};
+    setup.delay_hook = random_delay_hook(5, delayed);
     check_bitwise(run_pipeline(setup, batch, 2, 7, DType::f32, &config), calm);
     CHECK(delayed > 0);
   }

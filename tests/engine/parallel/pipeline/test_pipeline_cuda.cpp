@@ -14,16 +14,43 @@ using namespace fanout;
 using namespace fanout::test;
 using parallel::PipeSchedule;
 
+namespace {
+
+const TestBatch& cuda_batch() {
+  static const TestBatch batch = make_batch(8, 8, 61, 21, {0, 3, 7, 1, 0, 5, 2, 8});
+  return batch;
+}
+
+// Three layers (no K in 2..4 divides them), tied or not.
+models::LlamaConfig cuda_config(bool tied) {
+  models::LlamaConfig config = small_test_config();
+  config.num_hidden_layers = 3;
+  config.tie_word_embeddings = tied;
+  return config;
+}
+
+RunResult one_cuda(const models::LlamaConfig& config, DType working) {
+  parallel::DataParallelOptions one;
+  one.device_ids = {cuda_device(0)};
+  return run_data_parallel(one, cuda_batch(), 3, 7, working, &config);
+}
+
+void check_close(const RunResult& got, const RunResult& ref, const models::LlamaConfig& config,
+                 DType working) {
+  if (working == DType::f32)
+    check_runs_close(got, ref, config, 1e-5, 1e-5, 1e-3);
+  else
+    check_runs_close(got, ref, config, 1e-4, 1e-3, 1e-2);
+}
+
+}  // namespace
+
 TEST_CASE("pipeline on cuda:0 x K equals one cuda:0 on the whole batch") {
-  const TestBatch batch = make_batch(8, 8, 61, 21, {0, 3, 7, 1, 0, 5, 2, 8});
+  const TestBatch& batch = cuda_batch();
   for (DType working : {DType::f32, DType::bf16}) {
     for (bool tied : {false, true}) {
-      models::LlamaConfig config = small_test_config();
-      config.num_hidden_layers = 3;
-      config.tie_word_embeddings = tied;
-      parallel::DataParallelOptions one;
-      one.device_ids = {cuda_device(0)};
-      const RunResult ref = run_data_parallel(one, batch, 3, 7, working, &config);
+      const models::LlamaConfig config = cuda_config(tied);
+      const RunResult ref = one_cuda(config, working);
       REQUIRE(ref.losses[2] < ref.losses[0]);
       for (const char* devices : {"cuda:0,cuda:0", "cuda:0,cuda:0,cuda:0"}) {
         for (PipeSchedule sched :
@@ -37,10 +64,7 @@ TEST_CASE("pipeline on cuda:0 x K equals one cuda:0 on the whole batch") {
           setup.stages = std::string(devices).size() > 14 ? 3 : 2;
           setup.micro_batches = 4, setup.schedule = sched;
           RunResult got = run_pipeline(setup, batch, 3, 7, working, &config);
-          if (working == DType::f32)
-            check_runs_close(got, ref, config, 1e-5, 1e-5, 1e-3);
-          else
-            check_runs_close(got, ref, config, 1e-4, 1e-3, 1e-2);
+          check_close(got, ref, config, working);
           setup.recompute = true;
           RunResult again = run_pipeline(setup, batch, 3, 7, working, &config);
           CHECK(again.losses == got.losses);
@@ -52,15 +76,10 @@ TEST_CASE("pipeline on cuda:0 x K equals one cuda:0 on the whole batch") {
 }
 
 TEST_CASE("pipeline on cuda:0: 2 stages x 2 replicas under zero1 and zero2 equal one cuda:0") {
-  const TestBatch batch = make_batch(8, 8, 61, 21, {0, 3, 7, 1, 0, 5, 2, 8});
   for (DType working : {DType::f32, DType::bf16}) {
     for (bool tied : {false, true}) {
-      models::LlamaConfig config = small_test_config();
-      config.num_hidden_layers = 3;
-      config.tie_word_embeddings = tied;
-      parallel::DataParallelOptions one;
-      one.device_ids = {cuda_device(0)};
-      const RunResult ref = run_data_parallel(one, batch, 3, 7, working, &config);
+      const models::LlamaConfig config = cuda_config(tied);
+      const RunResult ref = one_cuda(config, working);
       for (parallel::Strategy strategy : {parallel::Strategy::zero1, parallel::Strategy::zero2}) {
         CAPTURE(dtype_name(working));
         CAPTURE(tied);
@@ -69,11 +88,8 @@ TEST_CASE("pipeline on cuda:0: 2 stages x 2 replicas under zero1 and zero2 equal
         setup.devices = "cuda:0,cuda:0,cuda:0,cuda:0";
         setup.stages = 2, setup.replicas = 2, setup.micro_batches = 2;
         setup.strategy = strategy;
-        RunResult got = run_pipeline(setup, batch, 3, 7, working, &config);
-        if (working == DType::f32)
-          check_runs_close(got, ref, config, 1e-5, 1e-5, 1e-3);
-        else
-          check_runs_close(got, ref, config, 1e-4, 1e-3, 1e-2);
+        check_close(run_pipeline(setup, cuda_batch(), 3, 7, working, &config), ref, config,
+                    working);
       }
     }
   }

@@ -5,10 +5,7 @@
 
 #include <doctest/doctest.h>
 
-#include <chrono>
-#include <mutex>
-#include <random>
-#include <thread>
+#include <atomic>
 
 #include "apps/train/optimizer.h"
 #include "engine/core/check.h"
@@ -188,15 +185,8 @@ TEST_CASE("pipeline zero2: random delays on the devices change no bit") {
     setup.stages = 2, setup.replicas = 3, setup.micro_batches = 4, setup.schedule = sched;
     setup.strategy = Strategy::zero2;
     RunResult calm = run_pipeline(setup, batch, 2, 7, DType::f32, &config);
-    std::mt19937 rng(11);
-    std::mutex mu;
-    int delayed = 0;
-    setup.delay_hook = [&](Stream& stream, int, int, const parallel::Action&) {
-      std::lock_guard<std::mutex> lock(mu);
-      const int us = std::uniform_int_distribution<int>(0, 3000)(rng);
-      stream.enqueue([us] { std::this_thread::sleep_for(std::chrono::microseconds(us)); });
-      ++delayed;
-    };
+    std::atomic<int> delayed{0};
+    setup.delay_hook = random_delay_hook(11, delayed);
     RunResult shaken = run_pipeline(setup, batch, 2, 7, DType::f32, &config);
     CHECK(shaken.losses == calm.losses);
     CHECK(shaken.grad_norms == calm.grad_norms);
