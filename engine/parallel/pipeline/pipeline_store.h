@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/core/check.h"
 #include "engine/core/stream.h"
 #include "engine/parallel/collectives/replica_group.h"
 #include "engine/parallel/pipeline/pipeline.h"
@@ -26,6 +27,14 @@ struct Pipeline::StageStore {
   int arrived = 0;     // replicas at the next backward (under mu_)
   int64_t round = 0;   // backwards armed so far (under mu_)
   bool armed = false;  // (under mu_)
+
+  // With mu_ held: the armed backward is over, every unit it was handed launched.
+  void end_backward() {
+    if (!armed) return;
+    FANOUT_ASSERT(storage->all_reduced(), "a unit's gradients were never reduced");
+    storage->end_backward();
+    armed = false;
+  }
 };
 
 }  // namespace fanout::parallel

@@ -2,13 +2,10 @@
 // ShardedStorage over the stage's units, as DataParallel's zero2 does over the
 // whole model's.
 
-#include <algorithm>
-
 #include "engine/core/check.h"
 #include "engine/core/flat.h"
 #include "engine/parallel/collectives/replica_group.h"
 #include "engine/parallel/pipeline/pipeline.h"
-#include "engine/parallel/pipeline/pipeline_lane.h"
 #include "engine/parallel/pipeline/pipeline_store.h"
 #include "engine/parallel/step_aborted.h"
 #include "engine/parallel/zero/sharded_storage.h"
@@ -120,10 +117,7 @@ void Pipeline::arm_store(int s) {
   }
   // Every replica finished its previous backward: each unit it handed over was
   // launched.
-  if (st.armed) {
-    FANOUT_ASSERT(st.storage->all_reduced(), "a unit's gradients were never reduced");
-    st.storage->end_backward();
-  }
+  st.end_backward();
   std::vector<Stream*> comm;
   for (auto& c : st.comm) comm.push_back(c.get());
   st.storage->begin_backward(std::vector<bool>(replicas_, true), comm);
@@ -135,12 +129,7 @@ void Pipeline::arm_store(int s) {
 
 void Pipeline::finish_stores() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& st : stores_) {
-    if (!st->armed) continue;
-    FANOUT_ASSERT(st->storage->all_reduced(), "a unit's gradients were never reduced");
-    st->storage->end_backward();
-    st->armed = false;
-  }
+  for (auto& st : stores_) st->end_backward();
 }
 
 // The copies on the first stage's devices live until their comm stream is past
