@@ -312,6 +312,13 @@ void cuda_memset_async(void* dst, int value, size_t bytes, void* stream) {
   CudaDeviceGuard guard(s);
   FANOUT_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, s));
 }
+void cuda_memcpy_2d_async(void* dst, size_t dpitch, const void* src, size_t spitch,
+                          size_t width_bytes, size_t rows, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  FANOUT_CUDA_CHECK(
+      cudaMemcpy2DAsync(dst, dpitch, src, spitch, width_bytes, rows, cudaMemcpyDeviceToDevice, s));
+}
 
 #else  // no CUDA backend in this build
 
@@ -381,6 +388,9 @@ void cuda_memcpy_peer_async(void*, int, const void*, int, size_t, void*) {
   no_cuda();
 }
 void cuda_memset_async(void*, int, size_t, void*) {
+  no_cuda();
+}
+void cuda_memcpy_2d_async(void*, size_t, const void*, size_t, size_t, size_t, void*) {
   no_cuda();
 }
 

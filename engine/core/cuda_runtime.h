@@ -60,5 +60,8 @@ void cuda_memcpy_async(void* dst, const void* src, size_t bytes, CudaCopy kind, 
 void cuda_memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device,
                             size_t bytes, void* stream);
 void cuda_memset_async(void* dst, int value, size_t bytes, void* stream);
+// rows of width_bytes each, dpitch and spitch bytes apart, on one device.
+void cuda_memcpy_2d_async(void* dst, size_t dpitch, const void* src, size_t spitch,
+                          size_t width_bytes, size_t rows, void* stream);
 
 }  // namespace fanout

@@ -118,6 +118,29 @@ void tensor_copy(Stream& stream, const Tensor& dst, const Tensor& src) {
   }
 }
 
+void tensor_copy_rows(Stream& stream, const Tensor& dst, int64_t dst_ld, const Tensor& src,
+                      int64_t src_ld, int64_t rows, int64_t cols) {
+  FANOUT_ASSERT(rows >= 0 && cols >= 0 && dst_ld >= cols && src_ld >= cols,
+                "tensor_copy_rows: rows ", rows, " cols ", cols, " lds ", dst_ld, ", ", src_ld);
+  if (rows == 0 || cols == 0) return;
+  FANOUT_ASSERT(dst.dtype() == src.dtype() && dst.device() == src.device() &&
+                    src.device() == stream.device() && dst.numel() >= (rows - 1) * dst_ld + cols &&
+                    src.numel() >= (rows - 1) * src_ld + cols,
+                "tensor_copy_rows ", src.str(), " -> ", dst.str(), " on ", stream.name());
+  const size_t e = dtype_size(src.dtype());
+  if (stream.device().is_cpu()) {
+    stream.enqueue([=] {
+      auto* d = static_cast<char*>(dst.raw());
+      const auto* s = static_cast<const char*>(src.raw());
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(d + r * dst_ld * e, s + r * src_ld * e, cols * e);
+    });
+    return;
+  }
+  cuda_memcpy_2d_async(dst.raw(), dst_ld * e, src.raw(), src_ld * e, cols * e, rows,
+                       stream.cuda_handle());
+}
+
 Tensor tensor_from_host(Stream& stream, const void* data, Shape shape, DType dtype, Device device,
                         MemTag tag) {
   Tensor t = Tensor::empty(std::move(shape), dtype, device, tag);

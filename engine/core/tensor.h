@@ -86,6 +86,12 @@ class Tensor {
 // stream; any copy involving a CUDA tensor runs on a CUDA stream.
 void tensor_copy(Stream& stream, const Tensor& dst, const Tensor& src);
 
+// rows x cols elements from src (rows src_ld apart) to dst (rows dst_ld apart):
+// same dtype, same device (the stream's); each view holds (rows - 1) * ld + cols
+// elements at least. CUDA: one cudaMemcpy2DAsync.
+void tensor_copy_rows(Stream& stream, const Tensor& dst, int64_t dst_ld, const Tensor& src,
+                      int64_t src_ld, int64_t rows, int64_t cols);
+
 // Host helpers for tests and I/O: synchronise `stream` and move data.
 Tensor tensor_from_host(Stream& stream, const void* data, Shape shape, DType dtype, Device device,
                         MemTag tag = MemTag::other);

@@ -76,14 +76,18 @@ std::shared_ptr<const RopeTables<R>> rope_tables(int64_t T, int64_t D, const Rop
   return made;
 }
 
-// Rotates every pair (x[i], x[i + D/2]) of every (b, t, h) row by angle * sign:
+// Rotates every pair (x[i], x[i + D/2]) of every (b, t, h) row by angle * sign
+// ((b, t) rows ld_in apart in inp, ld_out in out):
 // sign +1 is the forward rotation, -1 its transpose (the backward). Both halves
 // are read before either is written, so out may alias inp.
 template <typename Real>
 void rope_rotate(Real* out, const Real* inp, int64_t B, int64_t T, int64_t H, int64_t D,
-                 const RopeFreq& freq, int64_t pos_offset, double sign) {
+                 const RopeFreq& freq, int64_t pos_offset, double sign, int64_t ld_out,
+                 int64_t ld_in) {
   using R = typename RotateIn<Real>::type;
   const int64_t half = D / 2;
+  if (ld_out == 0) ld_out = H * D;
+  if (ld_in == 0) ld_in = H * D;
   const std::shared_ptr<const RopeTables<R>> tables = rope_tables<R>(T, D, freq, pos_offset, sign);
   const std::vector<R>& cos_t = tables->cos_t;
   const std::vector<R>& sin_t = tables->sin_t;
@@ -91,8 +95,8 @@ void rope_rotate(Real* out, const Real* inp, int64_t B, int64_t T, int64_t H, in
     const R* c = cos_t.data() + (bt % T) * half;
     const R* s = sin_t.data() + (bt % T) * half;
     for (int64_t h = 0; h < H; ++h) {
-      const Real* x = inp + (bt * H + h) * D;
-      Real* y = out + (bt * H + h) * D;
+      const Real* x = inp + bt * ld_in + h * D;
+      Real* y = out + bt * ld_out + h * D;
       for (int64_t i = 0; i < half; ++i) {
         R x1 = load(x[i]), x2 = load(x[i + half]);
         store(y[i], x1 * c[i] - x2 * s[i]);
@@ -108,29 +112,29 @@ void rope_rotate(Real* out, const Real* inp, int64_t B, int64_t T, int64_t H, in
 
 template <typename Real>
 void rope_forward(Real* out, const Real* inp, int64_t B, int64_t T, int64_t H, int64_t D,
-                  const RopeFreq& freq, int64_t pos_offset) {
-  rope_rotate(out, inp, B, T, H, D, freq, pos_offset, 1.0);
+                  const RopeFreq& freq, int64_t pos_offset, int64_t ld_out, int64_t ld_in) {
+  rope_rotate(out, inp, B, T, H, D, freq, pos_offset, 1.0, ld_out, ld_in);
 }
 
 template <typename Real>
 void rope_backward(Real* dinp, const Real* dout, int64_t B, int64_t T, int64_t H, int64_t D,
-                   const RopeFreq& freq, int64_t pos_offset) {
+                   const RopeFreq& freq, int64_t pos_offset, int64_t ld_dinp, int64_t ld_dout) {
   // The forward is an orthogonal rotation per pair, so its Jacobian-transpose is
   // the rotation by the negative angle.
-  rope_rotate(dinp, dout, B, T, H, D, freq, pos_offset, -1.0);
+  rope_rotate(dinp, dout, B, T, H, D, freq, pos_offset, -1.0, ld_dinp, ld_dout);
 }
 
 template void rope_forward<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                                  const RopeFreq&, int64_t);
+                                  const RopeFreq&, int64_t, int64_t, int64_t);
 template void rope_forward<double>(double*, const double*, int64_t, int64_t, int64_t, int64_t,
-                                   const RopeFreq&, int64_t);
+                                   const RopeFreq&, int64_t, int64_t, int64_t);
 template void rope_backward<float>(float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                                   const RopeFreq&, int64_t);
+                                   const RopeFreq&, int64_t, int64_t, int64_t);
 template void rope_forward<bf16>(bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t,
-                                 const RopeFreq&, int64_t);
+                                 const RopeFreq&, int64_t, int64_t, int64_t);
 template void rope_backward<bf16>(bf16*, const bf16*, int64_t, int64_t, int64_t, int64_t,
-                                  const RopeFreq&, int64_t);
+                                  const RopeFreq&, int64_t, int64_t, int64_t);
 template void rope_backward<double>(double*, const double*, int64_t, int64_t, int64_t, int64_t,
-                                    const RopeFreq&, int64_t);
+                                    const RopeFreq&, int64_t, int64_t, int64_t);
 
 }  // namespace fanout::ops::cpu

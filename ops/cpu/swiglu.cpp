@@ -4,6 +4,7 @@
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/vec_exp.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <tbb/blocked_range.h>
@@ -14,6 +15,20 @@ namespace fanout::ops::cpu {
 namespace {
 // Elements per task: enough exp() calls that a task outweighs its scheduling.
 constexpr int64_t kGrain = 1 << 13;
+
+// fn(r, c0, c1) for every piece of a row in tasks of about kGrain elements.
+template <typename Fn>
+void for_row_pieces(int64_t rows, int64_t cols, const Fn& fn) {
+  parallel_for_blocked(tbb::blocked_range<int64_t>(0, rows * cols, kGrain),
+                       [&](const tbb::blocked_range<int64_t>& range) {
+                         for (int64_t i = range.begin(); i < range.end();) {
+                           const int64_t r = i / cols, c0 = i - r * cols;
+                           const int64_t c1 = std::min(cols, c0 + (range.end() - i));
+                           fn(r, c0, c1);
+                           i += c1 - c0;
+                         }
+                       });
+}
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -92,34 +107,36 @@ void silu_mul_grad(double* dgate, double* dup, const double* dout, const double*
 }  // namespace
 
 template <typename X>
-void swiglu_forward(X* out, const X* gate, const X* up, int64_t n) {
-  parallel_for_blocked(
-      tbb::blocked_range<int64_t>(0, n, kGrain),
-      [&](const tbb::blocked_range<int64_t>& r) { silu_mul(out, gate, up, r.begin(), r.end()); });
+void swiglu_forward(X* out, const X* gate, const X* up, int64_t rows, int64_t cols, int64_t ld) {
+  for_row_pieces(rows, cols, [&](int64_t r, int64_t c0, int64_t c1) {
+    silu_mul(out + r * cols, gate + r * ld, up + r * ld, c0, c1);
+  });
 }
 
 template <typename X, typename G>
-void swiglu_backward(X* dgate, X* dup, const G* dout, const X* gate, const X* up, int64_t n) {
-  parallel_for_blocked(tbb::blocked_range<int64_t>(0, n, kGrain),
-                       [&](const tbb::blocked_range<int64_t>& r) {
-                         silu_mul_grad(dgate, dup, dout, gate, up, r.begin(), r.end());
-                       });
+void swiglu_backward(X* dgate, X* dup, const G* dout, const X* gate, const X* up, int64_t rows,
+                     int64_t cols, int64_t ld) {
+  for_row_pieces(rows, cols, [&](int64_t r, int64_t c0, int64_t c1) {
+    silu_mul_grad(dgate + r * ld, dup + r * ld, dout + r * cols, gate + r * ld, up + r * ld, c0,
+                  c1);
+  });
 }
 
 template float sigmoid_stable<float>(float);
 template double sigmoid_stable<double>(double);
-template void swiglu_forward<float>(float*, const float*, const float*, int64_t);
-template void swiglu_forward<bf16>(bf16*, const bf16*, const bf16*, int64_t);
-template void swiglu_forward<double>(double*, const double*, const double*, int64_t);
+template void swiglu_forward<float>(float*, const float*, const float*, int64_t, int64_t, int64_t);
+template void swiglu_forward<bf16>(bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t);
+template void swiglu_forward<double>(double*, const double*, const double*, int64_t, int64_t,
+                                     int64_t);
 template void swiglu_backward<float, float>(float*, float*, const float*, const float*,
-                                            const float*, int64_t);
+                                            const float*, int64_t, int64_t, int64_t);
 template void swiglu_backward<float, bf16>(float*, float*, const bf16*, const float*, const float*,
-                                           int64_t);
+                                           int64_t, int64_t, int64_t);
 template void swiglu_backward<bf16, float>(bf16*, bf16*, const float*, const bf16*, const bf16*,
-                                           int64_t);
+                                           int64_t, int64_t, int64_t);
 template void swiglu_backward<bf16, bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*,
-                                          int64_t);
+                                          int64_t, int64_t, int64_t);
 template void swiglu_backward<double, double>(double*, double*, const double*, const double*,
-                                              const double*, int64_t);
+                                              const double*, int64_t, int64_t, int64_t);
 
 }  // namespace fanout::ops::cpu

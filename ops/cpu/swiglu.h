@@ -15,10 +15,25 @@ namespace fanout::ops::cpu {
 template <typename T>
 T sigmoid_stable(T x);
 
+// Over rows: out (rows, cols) = silu(gate) * up, where element (r, c) of gate and
+// up is at r * ld + c (the fused gate/up projection's rows: ld = 2 cols, up = gate
+// + cols) and of out at r * cols + c.
 template <typename X>
-void swiglu_forward(X* out, const X* gate, const X* up, int64_t n);
+void swiglu_forward(X* out, const X* gate, const X* up, int64_t rows, int64_t cols, int64_t ld);
 
+// dgate, dup at gate's layout (ld), dout at out's (cols).
 template <typename X, typename G = X>
-void swiglu_backward(X* dgate, X* dup, const G* dout, const X* gate, const X* up, int64_t n);
+void swiglu_backward(X* dgate, X* dup, const G* dout, const X* gate, const X* up, int64_t rows,
+                     int64_t cols, int64_t ld);
+
+// Flat: n elements of each.
+template <typename X>
+void swiglu_forward(X* out, const X* gate, const X* up, int64_t n) {
+  swiglu_forward(out, gate, up, 1, n, n);
+}
+template <typename X, typename G = X>
+void swiglu_backward(X* dgate, X* dup, const G* dout, const X* gate, const X* up, int64_t n) {
+  swiglu_backward(dgate, dup, dout, gate, up, 1, n, n);
+}
 
 }  // namespace fanout::ops::cpu

@@ -8,14 +8,16 @@
 
 namespace fanout::ops::cuda {
 
-// out (n) = silu(gate) * up; X for all three.
+// out (rows, cols) = silu(gate) * up; X for all three. Element (r, c) of gate and
+// up is at r * ld + c, of out at r * cols + c (ops/cpu/swiglu.h).
 template <typename X>
-void swiglu_forward(void* stream, X* out, const X* gate, const X* up, int64_t n);
+void swiglu_forward(void* stream, X* out, const X* gate, const X* up, int64_t rows, int64_t cols,
+                    int64_t ld);
 
-// dgate, dup (n) overwritten from dout (n); X for gate, up and their gradients, G
-// for dout.
+// dgate, dup (at gate's layout) overwritten from dout (at out's); X for gate, up
+// and their gradients, G for dout.
 template <typename X, typename G>
 void swiglu_backward(void* stream, X* dgate, X* dup, const G* dout, const X* gate, const X* up,
-                     int64_t n);
+                     int64_t rows, int64_t cols, int64_t ld);
 
 }  // namespace fanout::ops::cuda

@@ -1,7 +1,8 @@
 // RoPE: forward against the direct double formula and HF's rotate_half form,
 // position offsets against slicing a longer sequence, backward against central
 // finite differences (all in double), and the f32 dispatch (in place) against double.
-// bf16 rows (the bf16 contract) against the fp32 twin on the same values.
+// bf16 rows (the bf16 contract) against the fp32 twin on the same values. Strided
+// rows (the fused q/k/v layout) against contiguous ones.
 
 #include <doctest/doctest.h>
 
@@ -12,6 +13,7 @@
 #include "ops/rope.h"
 #include "tests/ops/bf16_test_util.h"
 #include "tests/ops/op_test_util.h"
+#include "tests/ops/strided_ops_test_util.h"
 
 using namespace fanout;
 using namespace fanout::test;
@@ -298,4 +300,27 @@ TEST_CASE("rope with llama3 scaling rotates by the scaled angles, forward and ba
   Tensor b16 = bf16_tensor(st, bf16_rounded(x), shape);
   ops::rope_forward(st, b16, b16, s.B, s.T, s.H, s.D, f, pos_offset);
   CHECK_MESSAGE(all_close(bf16_values(st, b16), expected, 2e-2, 2e-2, &why), why);
+}
+
+TEST_CASE("rope over strided rows (the fused q/k/v layout) equals the contiguous op") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (DType x : {DType::f32, DType::bf16}) {
+    check_rope_rows(s, x, 2, 5, 3, 1, 8);
+    check_rope_rows(s, x, 1, 33, 4, 2, 64);
+  }
+}
+
+TEST_CASE(
+    "rope refuses a row stride under H * D, a view too short, and aliasing with two strides") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t B = 1, T = 3, H = 2, D = 4;  // rows of 8
+  Tensor buf = Tensor::empty({40}, DType::f32, cpu_device(0));
+  Tensor out = Tensor::empty({24}, DType::f32, cpu_device(0));
+  CHECK_THROWS_AS(ops::rope_forward(s, out, buf, B, T, H, D, kTheta, 0, 0, 7), InternalError);
+  CHECK_THROWS_AS(ops::rope_forward(s, out, buf.view(20, {20}), B, T, H, D, kTheta, 0, 0, 12),
+                  InternalError);  // 2 * 12 + 8 = 32 elements needed
+  CHECK_THROWS_AS(ops::rope_forward(s, buf, buf, B, T, H, D, kTheta, 0, 12, 8), InternalError);
+  CHECK_THROWS_AS(ops::rope_backward(s, buf, buf, B, T, H, D, kTheta, 0, 8, 12), InternalError);
+  CHECK_NOTHROW(ops::rope_forward(s, out, buf.view(8, {32}), B, T, H, D, kTheta, 0, 0, 12));
+  s.synchronize();
 }

@@ -1,10 +1,12 @@
 // GPU: RoPE forward and backward on cuda:0 against the CPU dispatcher, out of
-// place and in place, with position offsets up to a long context.
+// place and in place, with position offsets up to a long context; and over the
+// fused q/k/v rows, with the v copy (tensor_copy_rows, cudaMemcpy2DAsync).
 
 #include <doctest/doctest.h>
 
 #include "ops/rope.h"
 #include "tests/ops/cuda_op_test_util.h"
+#include "tests/ops/strided_ops_test_util.h"
 
 using namespace fanout;
 using namespace fanout::test;
@@ -65,5 +67,14 @@ TEST_CASE("rope with llama3 and linear scaling on cuda:0 matches the CPU") {
     ops::rope_backward(s.cpu, x.cpu, y.cpu, B, T, H, D, f, pos);
     ops::rope_backward(s.gpu, x.gpu, y.gpu, B, T, H, D, f, pos);
     check_cuda_matches_cpu(s, x, 1e-5, 1e-6, "dinp");
+  }
+}
+
+TEST_CASE("rope over the fused q/k/v rows and the v copy on cuda:0 equal the contiguous ops") {
+  Stream s(cuda_device(0), "cuda:0 compute");
+  for (DType x : {DType::f32, DType::bf16}) {
+    check_rope_rows(s, x, 2, 5, 3, 1, 8);
+    check_rope_rows(s, x, 1, 33, 4, 2, 64);
+    check_copy_rows(s, x, 33, 256, 64);
   }
 }

@@ -1,7 +1,8 @@
 // SwiGLU: forward against silu(gate) * up in double, backward against central
 // finite differences, finite results for large |gate|, and the f32 dispatch
 // against double (one size past the parallel grain). bf16 storage (the bf16
-// contract) against the fp32 twin on the same values, for every dout dtype.
+// contract) against the fp32 twin on the same values, for every dout dtype. Over
+// rows (the fused gate/up layout) against the flat op.
 
 #include <doctest/doctest.h>
 
@@ -12,6 +13,7 @@
 #include "ops/swiglu.h"
 #include "tests/ops/bf16_test_util.h"
 #include "tests/ops/op_test_util.h"
+#include "tests/ops/strided_ops_test_util.h"
 
 using namespace fanout;
 using namespace fanout::test;
@@ -170,4 +172,27 @@ TEST_CASE("swiglu refuses dtypes outside the bf16 contract") {
   CHECK_THROWS_AS(ops::swiglu_backward(s, b, b, f, b, f, n), InternalError);
   CHECK_THROWS_AS(ops::swiglu_backward(s, b, f, b, b, b, n), InternalError);
   CHECK_THROWS_AS(ops::swiglu_backward(s, b, b, i, b, b, n), InternalError);
+}
+
+TEST_CASE(
+    "swiglu over rows (the fused gate/up layout) equals the flat op and writes nothing else") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (DType x : {DType::f32, DType::bf16})
+    for (DType g : {DType::f32, DType::bf16}) {
+      check_swiglu_rows(s, x, g, 7, 33, 66, 33);           // fused: ld = 2 cols
+      check_swiglu_rows(s, x, g, 5, 64, 131, 66);          // gaps between and after
+      check_swiglu_rows(s, x, g, 1, 20001, 40002, 20001);  // one row past the grain
+      check_swiglu_rows(s, x, g, 300, 40, 80, 40);         // rows across task boundaries
+    }
+}
+
+TEST_CASE("swiglu over rows refuses a stride under the row and views too short") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  Tensor gu = Tensor::empty({40}, DType::f32, cpu_device(0));
+  Tensor out = Tensor::empty({20}, DType::f32, cpu_device(0));
+  CHECK_THROWS_AS(ops::swiglu_forward_rows(s, out, gu, gu, 4, 5, 4), InternalError);
+  // up from column 5 of 4 rows 10 apart needs 35 elements from there
+  CHECK_THROWS_AS(ops::swiglu_forward_rows(s, out, gu, gu.view(10, {30}), 4, 5, 10), InternalError);
+  CHECK_NOTHROW(ops::swiglu_forward_rows(s, out, gu, gu.view(5, {35}), 4, 5, 10));
+  s.synchronize();
 }

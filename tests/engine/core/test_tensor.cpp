@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "engine/core/check.h"
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
 
@@ -61,4 +62,28 @@ TEST_CASE("shape helpers") {
   CHECK_THROWS_AS(Tensor::empty({-1}, DType::f32, cpu_device(0)), Error);
   Tensor t = Tensor::empty({2, 3}, DType::f32, cpu_device(0));
   CHECK(t.str() == "f32[2, 3] on cpu:0");
+}
+
+TEST_CASE("tensor_copy_rows moves a column block between row strides and nothing else") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  const int64_t rows = 4, cols = 3, src_ld = 7, dst_ld = 5;
+  std::vector<float> src(rows * src_ld);
+  std::iota(src.begin(), src.end(), 1.0f);
+  Tensor src_t = tensor_from_vector(s, src, {rows * src_ld}, DType::f32, cpu_device(0));
+  Tensor dst_t = tensor_from_vector(s, std::vector<float>(rows * dst_ld, -1.0f), {rows * dst_ld},
+                                    DType::f32, cpu_device(0));
+  // columns [2, 5) of the source rows into columns [1, 4) of the destination's
+  tensor_copy_rows(s, dst_t.view(1, {rows * dst_ld - 1}), dst_ld,
+                   src_t.view(2, {rows * src_ld - 2}), src_ld, rows, cols);
+  std::vector<float> got = tensor_to_vector<float>(s, dst_t), expected(rows * dst_ld, -1.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) expected[r * dst_ld + 1 + c] = src[r * src_ld + 2 + c];
+  CHECK(got == expected);
+  // refusals: a stride under the row, a view too short, dtypes that differ
+  CHECK_THROWS_AS(tensor_copy_rows(s, dst_t, 2, src_t, src_ld, rows, cols), InternalError);
+  CHECK_THROWS_AS(tensor_copy_rows(s, dst_t.view(6, {14}), dst_ld, src_t, src_ld, rows, cols),
+                  InternalError);  // 3 * 5 + 3 = 18 elements needed
+  Tensor bf = Tensor::empty({rows * dst_ld}, DType::bf16, cpu_device(0));
+  CHECK_THROWS_AS(tensor_copy_rows(s, bf, dst_ld, src_t, src_ld, rows, cols), InternalError);
+  CHECK_NOTHROW(tensor_copy_rows(s, dst_t, dst_ld, src_t, src_ld, 0, cols));
 }
