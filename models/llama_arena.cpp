@@ -6,10 +6,11 @@
 namespace fanout::models {
 
 LlamaModel::Arena::Arena(const LlamaConfig& c, Device device, DType X, const Shape& shape)
-    : capacity(shape.tokens) {
+    : capacity(shape.tokens), fused_projections(shape.fused_projections) {
   const int64_t N = shape.tokens, C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
   const int64_t Hd = c.num_attention_heads * c.head_dim, KVd = c.num_key_value_heads * c.head_dim;
-  const int64_t H = c.num_attention_heads, L = c.num_hidden_layers;
+  const int64_t H = c.num_attention_heads, L = c.num_hidden_layers, QKV = Hd + 2 * KVd;
+  const bool fp = shape.fused_projections;
   // Note [Sequence parallelism]: Ns rows of the residual stream per rank, Nf = T
   // x Ns rows where they are gathered (rows past N are zeros).
   const bool sp = shape.sequence;
@@ -31,18 +32,29 @@ LlamaModel::Arena::Arena(const LlamaConfig& c, Device device, DType X, const Sha
     want(&l.res_mid, Ns * C, F), want(&l.ln1, Nf * C, X), want(&l.rstd1, Ns, F);
     want(&l.q, N * Hd, X), want(&l.k, N * KVd, X), want(&l.v, N * KVd, X);
     want(&l.att, N * Hd, X), want(&l.lse, N * H, F), want(&l.ln2, Nf * C, X);
-    want(&l.rstd2, Ns, F), want(&l.gate, N * I, X), want(&l.up, N * I, X);
-    want(&l.act, N * I, X);
+    want(&l.rstd2, Ns, F), want(&l.act, N * I, X);
+    if (fp)
+      want(&l.gu, 2 * N * I, X);
+    else
+      want(&l.gate, N * I, X), want(&l.up, N * I, X);
   };
   // Note [Recompute]: one set of layer buffers, shared once carved (below).
-  for (int64_t l = shape.l0; l < (shape.recompute ? std::min(shape.l0 + 1, shape.l1) : shape.l1);
-       ++l)
-    want_layer(layers[l]);
+  const int64_t carved_end = shape.recompute ? std::min(shape.l0 + 1, shape.l1) : shape.l1;
+  for (int64_t l = shape.l0; l < carved_end; ++l) want_layer(layers[l]);
   auto want_grads = [&](LayerGrads& g, bool split) {
-    want(&g.dq, N * Hd, X), want(&g.dk, N * KVd, X), want(&g.dv, N * KVd, X);
-    want(&g.dgate, N * I, X), want(&g.dup, N * I, X);
+    if (fp) {
+      want(&g.dqkv, N * QKV, X), want(&g.dgu, 2 * N * I, X);
+    } else {
+      want(&g.dq, N * Hd, X), want(&g.dk, N * KVd, X), want(&g.dv, N * KVd, X);
+      want(&g.dgate, N * I, X), want(&g.dup, N * I, X);
+    }
     if (split) want(&g.dres_o, N * C, X), want(&g.dres_down, N * C, X);
   };
+  if (fp) {
+    want(&qkv, N * QKV, X);
+    want(&qkv_grads.dq, N * Hd, X), want(&qkv_grads.dk, N * KVd, X);
+    want(&qkv_grads.dv, N * KVd, X);
+  }
   layer_grads.resize(shape.split ? L : 1);
   if (shape.split)
     for (int64_t l = shape.l0; l < shape.l1; ++l) want_grads(layer_grads[l], true);
@@ -68,6 +80,22 @@ LlamaModel::Arena::Arena(const LlamaConfig& c, Device device, DType X, const Sha
   for (auto& [t, numel, which] : plan) {
     *t = (which == 0 ? storage_f32 : storage_x).view(at[which], {numel});
     at[which] += (numel + 31) / 32 * 32;
+  }
+  // Note [Fused projections]: fused, gate and up (and their gradients) are the
+  // interleaved halves of one buffer's rows, and dq, dk, dv the shared ones.
+  gu_ld = fp ? 2 * I : I;
+  if (fp) {
+    auto gate_up = [&](const Tensor& gu, Tensor& gate, Tensor& up) {
+      gate = gu.view(0, {2 * N * I});
+      up = tail_view(gu, I);
+    };
+    for (int64_t l = shape.l0; l < carved_end; ++l)
+      gate_up(layers[l].gu, layers[l].gate, layers[l].up);
+    for (LayerGrads& g : layer_grads) {
+      if (!g.dgu.defined()) continue;  // split: the layers outside the stage
+      gate_up(g.dgu, g.dgate, g.dup);
+      g.dq = qkv_grads.dq, g.dk = qkv_grads.dk, g.dv = qkv_grads.dv;
+    }
   }
   if (shape.recompute)
     for (int64_t l = shape.l0 + 1; l < shape.l1; ++l) layers[l] = layers[shape.l0];

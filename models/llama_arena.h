@@ -3,6 +3,7 @@
 // plus shared backward scratch and the micro-batch it was computed for. Internal
 // to models/llama_model*.cpp.
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -10,25 +11,37 @@
 
 namespace fanout::models {
 
+// t from element `offset` to its end (empty past it): where a column block of
+// interleaved rows starts (Note [Fused projections]).
+inline Tensor tail_view(const Tensor& t, int64_t offset) {
+  offset = std::min(offset, t.numel());
+  return t.view(offset, {t.numel() - offset});
+}
+
 // One allocation per dtype carved into views, sized for `capacity` tokens (B*T)
 // of the stage's layers [l0, l1) (and the head when it holds it). X is the
 // working dtype (Note [Mixed precision]).
 struct LlamaModel::Arena {
+  // Fused (Note [Fused projections]), gate and up are views of gu, rows gu_ld apart.
   struct Layer {
-    Tensor res_mid, ln1, rstd1, q, k, v, att, lse, ln2, rstd2, gate, up, act;
+    Tensor res_mid, ln1, rstd1, q, k, v, att, lse, ln2, rstd2, gu, gate, up, act;
   };
   // The output gradients the weight GEMMs read: one shared set, or one per layer
   // when the weight gradients wait for backward_weight (Note [Split backward]);
   // dres_o and dres_down (d(residual) as o_proj and down_proj read it) only then.
+  // Fused, dgate and dup are views of dgu as gate and up are of gu, dqkv holds
+  // dq, dk, dv row by row for the one GEMM, and dq, dk, dv are the shared buffers
+  // attention's backward writes (qkv_grads below); unfused, dqkv and dgu are unused.
   struct LayerGrads {
-    Tensor dq, dk, dv, dgate, dup, dres_o, dres_down;
+    Tensor dqkv, dq, dk, dv, dgu, dgate, dup, dres_o, dres_down;
   };
   struct Shape {
     int64_t tokens = 0;  // capacity
     int64_t l0 = 0, l1 = 0;
     bool head = true, fused = false, recompute = false, split = false;
-    int64_t ld = 0;  // the logits' row stride
-    int tensor = 1;  // tensor-parallel ranks (the loss's per-row parts of each)
+    bool fused_projections = false;  // Note [Fused projections]
+    int64_t ld = 0;                  // the logits' row stride
+    int tensor = 1;                  // tensor-parallel ranks (the loss's per-row parts of each)
     // Note [Sequence parallelism]: the residual stream, its norms' statistics and
     // its gradient hold a rank's rows only; what gathers them holds all ranks'.
     bool sequence = false;
@@ -43,6 +56,13 @@ struct LlamaModel::Arena {
   std::vector<Layer> layers;
   std::vector<LayerGrads> layer_grads;  // one, or one per layer under split
   int64_t live_layer = -1;
+  // Note [Fused projections]: the q/k/v GEMM's (N, Hd + 2 KVd) output before RoPE,
+  // and attention's dq, dk, dv before they join dqkv (fused only); gate and up's
+  // row stride: I apart, or 2 I fused.
+  bool fused_projections = false;
+  Tensor qkv;
+  LayerGrads qkv_grads;
+  int64_t gu_ld = 0;
   // The head: f32 logits, or under the fused classifier bf16 logits (N rows ld
   // apart, their gradient in place) and each row's lse.
   Tensor lnf, rstdf, logits, logits_x, lse_head;

@@ -1,6 +1,7 @@
 #include "models/llama_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <random>
 #include <vector>
 
@@ -49,6 +50,40 @@ namespace fanout::models {
 // them in fp32 as torch.autocast does; set_fused_classifier picks it elsewhere.
 // Checkpoints hold the fp32 master weights whatever the precision.
 
+// Note [Fused projections]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// q_proj, k_proj and v_proj are consecutive in the layout (HF's order), so their
+// weights are one (Hd + 2 KVd, C) matrix, and so are gate_proj and up_proj (2 I,
+// C); their gradients too. Fused, each group is one GEMM forward, one for the
+// input gradient and one for the weight gradient, instead of three (two): fewer
+// launches, and k and v (KVd columns, a quarter of q under GQA) no longer run as
+// GEMMs too narrow to fill a GPU. The price is the layout of the outputs: row n
+// of the fused q/k/v output is [q_n | k_n | v_n], while attention reads q, k and
+// v whole, so RoPE reads q and k from those rows (ld Hd + 2 KVd) into the saved
+// q and k, v is copied out (cudaMemcpy2DAsync), and backward writes dq, dk
+// (rotated back) and dv into the rows of dqkv. gate and up stay interleaved:
+// SwiGLU reads and its backward writes rows 2 I apart. The extra traffic is the
+// v copy each way (N KVd elements); the extra memory one (N, Hd + 2 KVd) buffer
+// each way, shared by the layers. Checkpoints keep HF's separate tensors, which
+// are the same bytes. The values are those of the separate GEMMs up to the order
+// of their fp32 sums (a GEMM's blocking may depend on its width).
+// Off by default: on CPU devices, where oneDNN runs a narrow GEMM at the rate of
+// a wide one, fusing measured 2-4 % slower on the tiny preset (the copies cost
+// more than the launches saved); on GPUs, where k and v's narrow GEMMs leave most
+// of the card idle, it is to be measured (tools/gpu/check.sh times both).
+
+namespace {
+std::atomic<bool> g_fused_projections{false};
+}  // namespace
+
+void set_fused_projections_default(bool on) {
+  g_fused_projections = on;
+}
+
+bool fused_projections_default() {
+  return g_fused_projections;
+}
+
 // --- construction -----------------------------------------------------------
 
 LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_name, DType working,
@@ -58,7 +93,8 @@ LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_nam
       config_(tp_.size > 1 ? tensor_shard_config(whole_config_, tp_.size) : whole_config_),
       layout_(config_),
       device_(device),
-      working_dtype_(working) {
+      working_dtype_(working),
+      fused_projections_(fused_projections_default()) {
   whole_config_.validate();
   config_.validate();
   FANOUT_ASSERT(tp_.size == 1 || (tp_.peers != nullptr && 0 <= tp_.rank && tp_.rank < tp_.size),
@@ -114,6 +150,11 @@ LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_nam
     grad_ranges_.push_back({head.begin, layout_.lm_head()});
     parts(layout_.lm_head());
   }
+}
+
+void LlamaModel::set_fused_projections(bool on) {
+  FANOUT_ASSERT(!arena_, "set_fused_projections after the first forward");
+  fused_projections_ = on;
 }
 
 void LlamaModel::set_fused_classifier(bool on) {
@@ -390,6 +431,7 @@ std::unique_ptr<LlamaModel::Arena> LlamaModel::make_arena(int64_t tokens) const 
   Arena::Shape shape;
   shape.tokens = tokens, shape.l0 = l0_, shape.l1 = l1_, shape.head = has_head();
   shape.fused = fused_classifier_, shape.recompute = recompute_, shape.split = split_backward_;
+  shape.fused_projections = fused_projections_;
   shape.ld = ld_;
   shape.tensor = tp_.size;
   shape.sequence = sequence();
@@ -547,18 +589,30 @@ void LlamaModel::forward_layer(int64_t l, bool acquire) {
     if (sequence()) tensor_gather(out, Nr * C);
   };
   norm(x.ln1, x.rstd1, a.res[l], w(o.ln1, {C}));
-  ops::matmul_forward(s, x.q, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
-  ops::matmul_forward(s, x.k, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
-  ops::matmul_forward(s, x.v, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
-  ops::rope_forward(s, x.q, x.q, B, T, H, D, c.rope(), 0);
-  ops::rope_forward(s, x.k, x.k, B, T, KV, D, c.rope(), 0);
+  if (a.fused_projections) {  // Note [Fused projections]
+    const int64_t QKV = Hd + 2 * KVd;
+    ops::matmul_forward(s, a.qkv, x.ln1, w(o.q, {QKV, C}), N, C, QKV);
+    ops::rope_forward(s, x.q, a.qkv, B, T, H, D, c.rope(), 0, Hd, QKV);
+    ops::rope_forward(s, x.k, tail_view(a.qkv, Hd), B, T, KV, D, c.rope(), 0, KVd, QKV);
+    tensor_copy_rows(s, x.v, KVd, tail_view(a.qkv, Hd + KVd), QKV, N, KVd);
+  } else {
+    ops::matmul_forward(s, x.q, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
+    ops::matmul_forward(s, x.k, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
+    ops::matmul_forward(s, x.v, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
+    ops::rope_forward(s, x.q, x.q, B, T, H, D, c.rope(), 0);
+    ops::rope_forward(s, x.k, x.k, B, T, KV, D, c.rope(), 0);
+  }
   ops::attention_forward(s, x.att, x.lse, x.q, x.k, x.v, B, T, T, H, KV, D);
   project(x.res_mid, a.res[l], x.att, w(o.o, {C, Hd}), Hd);
   // MLP block: res' = res_mid + down(silu(gate(x)) * up(x))
   norm(x.ln2, x.rstd2, x.res_mid, w(o.ln2, {C}));
-  ops::matmul_forward(s, x.gate, x.ln2, w(o.gate, {I, C}), N, C, I);
-  ops::matmul_forward(s, x.up, x.ln2, w(o.up, {I, C}), N, C, I);
-  ops::swiglu_forward(s, x.act, x.gate, x.up, N * I);
+  if (a.fused_projections) {
+    ops::matmul_forward(s, x.gu, x.ln2, w(o.gate, {2 * I, C}), N, C, 2 * I);
+  } else {
+    ops::matmul_forward(s, x.gate, x.ln2, w(o.gate, {I, C}), N, C, I);
+    ops::matmul_forward(s, x.up, x.ln2, w(o.up, {I, C}), N, C, I);
+  }
+  ops::swiglu_forward_rows(s, x.act, x.gate, x.up, N, I, a.gu_ld);
   project(a.res[l + 1], x.res_mid, x.act, w(o.down, {C, I}), I);
   if (acquire) release_weights(unit);
   a.live_layer = l;

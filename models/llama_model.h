@@ -23,6 +23,13 @@ namespace fanout::models {
 
 constexpr int32_t kIgnoreIndex = -100;  // targets not counted by the loss (PyTorch's default)
 
+// Note [Fused projections]: whether models made from now on compute q/k/v as one
+// GEMM and gate/up as one (true) or each on its own (false, the default); for the whole
+// process (train's and bench's --projections), as LlamaModel::set_fused_projections
+// is for one model.
+void set_fused_projections_default(bool on);
+bool fused_projections_default();
+
 class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
  public:
   // stream_name: the compute stream's trace lane (default "<device> compute").
@@ -52,6 +59,10 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
   // inside backward (bit-identical results). Before the first forward.
   void set_recompute(bool on);
   bool recompute() const { return recompute_; }
+  // Note [Fused projections]: q/k/v as one GEMM, gate/up as one. The same values
+  // either way, up to the GEMMs' summation order. Before the first forward.
+  void set_fused_projections(bool on);
+  bool fused_projections() const { return fused_projections_; }
 
   // Normal(0, 0.02) for matrices and embeddings, ones for norms; depends only on
   // the seed (each tensor has its own generator), not on the device. The working
@@ -210,6 +221,7 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
   int64_t l0_ = 0, l1_ = 0, base_ = 0, top_ = 0;
   Tensor tied_w_, tied_g_;  // a tied lm_head on a stage without the embedding
   bool recompute_ = false;
+  bool fused_projections_ = false;
   bool split_backward_ = false;  // slots keep the weight GEMMs' output gradients
 };
 

@@ -233,22 +233,35 @@ void LlamaModel::backward_layer(int64_t l, bool split) {
   zero(a.dact, N * I);
   ops::matmul_backward(s, a.dact, dw(o.down, {C, I}), dres_for_gemm(d.dres_down), x.act,
                        w(o.down, {C, I}), N, I, C);
-  ops::swiglu_backward(s, d.dgate, d.dup, a.dact, x.gate, x.up, N * I);
+  ops::swiglu_backward_rows(s, d.dgate, d.dup, a.dact, x.gate, x.up, N, I, a.gu_ld);
   zero(a.dln, Nf * C);
-  ops::matmul_backward(s, a.dln, dw(o.gate, {I, C}), d.dgate, x.ln2, w(o.gate, {I, C}), N, C, I);
-  ops::matmul_backward(s, a.dln, dw(o.up, {I, C}), d.dup, x.ln2, w(o.up, {I, C}), N, C, I);
+  if (a.fused_projections) {  // Note [Fused projections]
+    ops::matmul_backward(s, a.dln, dw(o.gate, {2 * I, C}), d.dgu, x.ln2, w(o.gate, {2 * I, C}), N,
+                         C, 2 * I);
+  } else {
+    ops::matmul_backward(s, a.dln, dw(o.gate, {I, C}), d.dgate, x.ln2, w(o.gate, {I, C}), N, C, I);
+    ops::matmul_backward(s, a.dln, dw(o.up, {I, C}), d.dup, x.ln2, w(o.up, {I, C}), N, C, I);
+  }
   norm_backward(g(o.ln2, {C}), x.res_mid, w(o.ln2, {C}), x.rstd2);
   // attention block; dres becomes d(res[l]).
   zero(a.datt, N * Hd);
   ops::matmul_backward(s, a.datt, dw(o.o, {C, Hd}), dres_for_gemm(d.dres_o), x.att, w(o.o, {C, Hd}),
                        N, Hd, C);
   ops::attention_backward(s, d.dq, d.dk, d.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, B, T, H, KV, D);
-  ops::rope_backward(s, d.dq, d.dq, B, T, H, D, c.rope(), 0);
-  ops::rope_backward(s, d.dk, d.dk, B, T, KV, D, c.rope(), 0);
   zero(a.dln, Nf * C);
-  ops::matmul_backward(s, a.dln, dw(o.q, {Hd, C}), d.dq, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
-  ops::matmul_backward(s, a.dln, dw(o.k, {KVd, C}), d.dk, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
-  ops::matmul_backward(s, a.dln, dw(o.v, {KVd, C}), d.dv, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
+  if (a.fused_projections) {
+    const int64_t QKV = Hd + 2 * KVd;
+    ops::rope_backward(s, d.dqkv, d.dq, B, T, H, D, c.rope(), 0, QKV, Hd);
+    ops::rope_backward(s, tail_view(d.dqkv, Hd), d.dk, B, T, KV, D, c.rope(), 0, QKV, KVd);
+    tensor_copy_rows(s, tail_view(d.dqkv, Hd + KVd), QKV, d.dv, KVd, N, KVd);
+    ops::matmul_backward(s, a.dln, dw(o.q, {QKV, C}), d.dqkv, x.ln1, w(o.q, {QKV, C}), N, C, QKV);
+  } else {
+    ops::rope_backward(s, d.dq, d.dq, B, T, H, D, c.rope(), 0);
+    ops::rope_backward(s, d.dk, d.dk, B, T, KV, D, c.rope(), 0);
+    ops::matmul_backward(s, a.dln, dw(o.q, {Hd, C}), d.dq, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
+    ops::matmul_backward(s, a.dln, dw(o.k, {KVd, C}), d.dk, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
+    ops::matmul_backward(s, a.dln, dw(o.v, {KVd, C}), d.dv, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
+  }
   norm_backward(g(o.ln1, {C}), a.res[l], w(o.ln1, {C}), x.rstd1);
   release_weights(unit);
   release_grads(unit);
@@ -294,13 +307,24 @@ void LlamaModel::backward_weight() {
     const Arena::LayerGrads& d = a.grads_of(l);
     ops::matmul_backward(s, Tensor(), g(o.down, {C, I}), d.dres_down, x.act, w(o.down, {C, I}), N,
                          I, C);
-    ops::matmul_backward(s, Tensor(), g(o.gate, {I, C}), d.dgate, x.ln2, w(o.gate, {I, C}), N, C,
-                         I);
-    ops::matmul_backward(s, Tensor(), g(o.up, {I, C}), d.dup, x.ln2, w(o.up, {I, C}), N, C, I);
+    const int64_t QKV = Hd + 2 * KVd;
+    if (a.fused_projections) {  // Note [Fused projections]
+      ops::matmul_backward(s, Tensor(), g(o.gate, {2 * I, C}), d.dgu, x.ln2, w(o.gate, {2 * I, C}),
+                           N, C, 2 * I);
+    } else {
+      ops::matmul_backward(s, Tensor(), g(o.gate, {I, C}), d.dgate, x.ln2, w(o.gate, {I, C}), N, C,
+                           I);
+      ops::matmul_backward(s, Tensor(), g(o.up, {I, C}), d.dup, x.ln2, w(o.up, {I, C}), N, C, I);
+    }
     ops::matmul_backward(s, Tensor(), g(o.o, {C, Hd}), d.dres_o, x.att, w(o.o, {C, Hd}), N, Hd, C);
-    ops::matmul_backward(s, Tensor(), g(o.q, {Hd, C}), d.dq, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
-    ops::matmul_backward(s, Tensor(), g(o.k, {KVd, C}), d.dk, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
-    ops::matmul_backward(s, Tensor(), g(o.v, {KVd, C}), d.dv, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
+    if (a.fused_projections) {
+      ops::matmul_backward(s, Tensor(), g(o.q, {QKV, C}), d.dqkv, x.ln1, w(o.q, {QKV, C}), N, C,
+                           QKV);
+    } else {
+      ops::matmul_backward(s, Tensor(), g(o.q, {Hd, C}), d.dq, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
+      ops::matmul_backward(s, Tensor(), g(o.k, {KVd, C}), d.dk, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
+      ops::matmul_backward(s, Tensor(), g(o.v, {KVd, C}), d.dv, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
+    }
   }
   if (has_embedding()) embedding_grad();
 }
