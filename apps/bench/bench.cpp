@@ -421,7 +421,13 @@ std::vector<OpBenchRow> bench_ops(const models::LlamaConfig& c, Device device, i
     const char* what;
     int64_t in, out;
   };
-  const Shape shapes[] = {{"q_proj", C, c.num_attention_heads * c.head_dim},
+  // The projections as the model runs them (Note [Fused projections]): q/k/v and
+  // gate/up fused, and q, k and gate alone as --projections separate runs them.
+  const int64_t Hd = c.num_attention_heads * c.head_dim, KVd = c.num_key_value_heads * c.head_dim;
+  const Shape shapes[] = {{"q+k+v", C, Hd + 2 * KVd},
+                          {"q_proj", C, Hd},
+                          {"k_proj", C, KVd},
+                          {"gate+up", C, 2 * c.intermediate_size},
                           {"gate_proj", C, c.intermediate_size},
                           {"down_proj", c.intermediate_size, C},
                           {"lm_head", C, c.vocab_size}};

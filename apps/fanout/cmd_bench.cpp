@@ -57,6 +57,7 @@ struct BenchArgs {
   // fp32, bf16 or both (every mode in each); the dtype gradient sums travel in.
   std::string precision = "both", grad_comm = "fp32";
   std::string attention = "auto";  // the attention kernel on CUDA devices (train's --attention)
+  std::string projections = "separate";  // train's --projections
   // ops
   std::string op_device = "cpu:0", op_dtype = "both";
   int repeats = 5;
@@ -104,7 +105,8 @@ std::vector<std::string> worker_flags(const BenchArgs& a, const std::string& pre
                                     "--bucket-mb",   exact_str(a.bucket_mb),
                                     "--precision",   precision,
                                     "--grad-comm",   a.grad_comm,
-                                    "--attention",   a.attention};
+                                    "--attention",   a.attention,
+                                    "--projections", a.projections};
   if (a.config_file.empty()) {
     flags.insert(flags.end(), {"--preset", a.preset});
   } else {
@@ -140,6 +142,7 @@ int run_bench_worker(const BenchArgs& a) {
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
   setup.recompute = a.recompute, setup.offload = a.offload == "optimizer";
   train::attention_apply(a.attention, setup.working, setup.devices);
+  train::projections_apply(a.projections);
   // As `train --strategy ddp` connects under fanout launch, with its default timeout;
   // silently: the launcher line would land inside the bench's table.
   train::DdpGroup group = train::ddp_connect(setup.ddp, d, train::TrainOptions{}.timeout, false);
@@ -205,6 +208,7 @@ bench::BenchSetup setup_of(BenchArgs& a, std::vector<parallel::Mode>& modes) {
   // "both" includes fp32, where cuDNN's attention has no path: cudnn needs bf16 alone.
   train::attention_apply(a.attention, a.precision == "bf16" ? DType::bf16 : DType::f32,
                          setup.devices);
+  train::projections_apply(a.projections);
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
   setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
   setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
@@ -434,6 +438,9 @@ Command add_bench_command(CLI::App& app) {
     c->add_option("--attention", a->attention,
                   "The attention kernel on CUDA devices: auto, exact or cudnn (bf16 only)")
         ->capture_default_str();
+    c->add_option("--projections", a->projections,
+                  "separate or fused (q/k/v as one GEMM, gate/up as one), as train's")
+        ->capture_default_str();
     c->add_flag("--recompute", a->recompute,
                 "Every row as fanout train --recompute (each layer's forward again in backward)");
     c->add_option("--offload", a->offload,
@@ -504,7 +511,7 @@ Command add_bench_command(CLI::App& app) {
       for (const char* flag :
            {"--devices", "--modes", "--steps", "--min-seconds", "--warmup", "--bucket-mb", "--json",
             "--peers", "--svg", "--trace", "--precision", "--grad-comm", "--mfu", "--kernels",
-            "--wide", "--recompute", "--offload"}) {
+            "--wide", "--recompute", "--offload", "--attention", "--projections"}) {
         FANOUT_CHECK(cmd->count(flag) == 0, flag, " does not apply to fanout bench ops");
       }
       return run_bench_ops(*a);

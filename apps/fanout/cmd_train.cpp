@@ -186,6 +186,9 @@ void add_optimisation_flags(TrainFlags& f, train::TrainOptions& o) {
   f.text("attention", o.attention,
          "The attention kernel on CUDA devices: auto (cuDNN's fused attention in bf16 where it "
          "loads, else the exact kernel), exact, or cudnn (bf16 only)");
+  f.text("projections", o.projections,
+         "separate (the default) or fused: q/k/v as one GEMM and gate/up as one; the same "
+         "values, for comparing speeds");
   f.text("grad-comm", o.grad_comm,
          "fp32 or bf16: the dtype gradients are summed across devices in (bf16 halves the bytes)");
   f.number("seed", o.seed, uint64_t{0}, std::numeric_limits<uint64_t>::max(),

@@ -9,6 +9,7 @@
 #include "engine/parallel/pipeline/balance.h"
 #include "engine/parallel/pipeline/schedule.h"
 #include "engine/parallel/strategy.h"
+#include "models/llama_model.h"
 #include "ops/attention.h"
 
 namespace fanout::train {
@@ -217,6 +218,12 @@ void attention_apply(const std::string& attention, DType working,
                  "add --precision bf16, or use --attention exact");
   }
   ops::attention_set_impl(impl);
+}
+
+void projections_apply(const std::string& projections) {
+  FANOUT_CHECK(projections == "fused" || projections == "separate",
+               "--projections must be fused or separate, got '", projections, "'");
+  models::set_fused_projections_default(projections == "fused");
 }
 
 int64_t preset_seq_len(const std::string& preset) {

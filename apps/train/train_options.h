@@ -70,6 +70,9 @@ struct TrainOptions {
   // The attention kernel on CUDA devices: auto (cuDNN's fused SDPA in bf16 where it
   // loads, else the exact kernel), exact or cudnn. Run-local, like devices.
   std::string attention = "auto";
+  // separate, or fused (q/k/v as one GEMM, gate/up as one): the same values up to
+  // the order of fp32 sums (Note [Fused projections]). Run-local, like attention.
+  std::string projections = "separate";
   uint64_t seed = 1234;
   // run
   std::string out, resume, trace;
@@ -113,6 +116,10 @@ DType precision_dtype(const std::string& precision, const char* flag = "--precis
 // name and cudnn where it cannot run (fp32, CPU-only devices, a build without cuDNN).
 void attention_apply(const std::string& attention, DType working,
                      const std::vector<Device>& devices);
+
+// Applies `--projections` (fused or separate) to the models this process makes,
+// refusing any other value.
+void projections_apply(const std::string& projections);
 
 // The preset's default sequence length (tiny 128, small 256, seed 512).
 int64_t preset_seq_len(const std::string& preset);

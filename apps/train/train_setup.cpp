@@ -429,6 +429,7 @@ void prepare_devices(TrainOptions& o, Setup& s) {
   }
   devices_check_available(s.devices);
   attention_apply(o.attention, precision_dtype(o.precision), s.devices);
+  projections_apply(o.projections);
   precision_dtype(o.grad_comm, "--grad-comm");
   if (!o.output_device.empty()) {
     s.output_device = device_parse(o.output_device);

@@ -660,6 +660,41 @@ step_bench() {
   fi
 }
 
+# Note [Fused projections]: one device in bf16, the five projection GEMMs against
+# q/k/v and gate/up fused; the figure says whether fusing pays on this card.
+step_projections() {
+  local p args speed speeds=() ok=1 time=0 why=""
+  if [ "$quick" = 1 ]; then
+    row 4 "projections: separate vs fused" skipped "left out by --quick" 0
+    return
+  fi
+  for p in separate fused; do
+    args=(bench --devices "$dev" --modes dp --precision bf16 --projections "$p" --wide)
+    if [ "$cpu" = 0 ]; then
+      args+=(--preset seed --batch-size 16 --seq-len 512)
+    else
+      args+=(--preset tiny --steps 2 --warmup 1)
+    fi
+    run "$work/log" 120 20 "$fanout" "${args[@]}"
+    append bench.txt "fanout ${args[*]} (${secs}s, exit $rc)" "$work/log"
+    time=$(awk -v a="$time" -v b="$secs" 'BEGIN { printf "%.1f", a + b }')
+    speed=$(grep -oE 'bf16 best: dp, [0-9]+ tokens/s' "$work/log" | grep -oE '[0-9]+ tokens' | cut -d' ' -f1)
+    if [ "$rc" -ne 0 ]; then
+      ok=0 why="$p: $(failure "$rc"); "
+    elif [ -z "$speed" ]; then
+      ok=0 why="$p: no tokens/s line; "
+    fi
+    speeds+=("${speed:-none}")
+  done
+  local figure="bf16, one $dev: separate ${speeds[0]} tokens/s, fused ${speeds[1]} tokens/s"
+  if [ "$ok" = 1 ]; then
+    figure+=" ($(awk -v a="${speeds[1]}" -v b="${speeds[0]}" 'BEGIN { printf "%.3fx", a / b }'))"
+    row 4 "projections: separate vs fused" passed "$figure" "$time"
+  else
+    row 4 "projections: separate vs fused" failed "$why$figure" "$time"
+  fi
+}
+
 # --- 5. compute-sanitizer -----------------------------------------------------------
 
 step_sanitizer() {
@@ -701,6 +736,7 @@ step_environment
 step_suite
 step_e2e
 step_bench
+step_projections
 step_sanitizer
 write_summary
 cat "$out/summary.md"

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/bench/bench.h"
+#include "models/llama_config.h"
 #include "tests/apps/fanout/cli_runner.h"
 #include "tests/apps/fanout/file_limit_util.h"
 #include "tests/engine/core/file_node_util.h"
@@ -220,6 +222,10 @@ TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the e
   auto r = test::run_fanout(with(small_bench(), {"--grad-comm", "fp8"}), kTimeout);
   CHECK(r.rc != 0);
   CHECK(has(r.err, "--grad-comm must be fp32 or bf16, got 'fp8'"));
+  r = test::run_fanout(with(small_bench(), {"--projections", "both"}), kTimeout);
+  CHECK(r.rc != 0);
+  CHECK(r.err_lines() == 1);
+  CHECK(has(r.err, "--projections must be fused or separate, got 'both'"));
 }
 
 TEST_CASE("bench refuses flags it would ignore and two results on one path") {
@@ -230,6 +236,9 @@ TEST_CASE("bench refuses flags it would ignore and two results on one path") {
   r = test::run_fanout({"bench", "--precision", "bf16", "ops"}, kTimeout);
   CHECK(r.rc == 1);
   CHECK(has(r.err, "--precision does not apply to fanout bench ops"));
+  r = test::run_fanout({"bench", "--projections", "fused", "ops"}, kTimeout);
+  CHECK(r.rc == 1);
+  CHECK(has(r.err, "--projections does not apply to fanout bench ops"));
   r = test::run_fanout(with(small_bench(), {"--json", dir / "x", "--trace", dir / "x"}), kTimeout);
   CHECK(r.rc == 1);
   CHECK(r.err_lines() == 1);
@@ -381,4 +390,29 @@ TEST_CASE("bench ops refuses --mfu and --kernels, which measure training steps")
     CHECK(r.rc != 0);
     CHECK(has(r.err, std::string(flag) + " does not apply to fanout bench ops"));
   }
+}
+
+TEST_CASE("bench --projections fused runs one GEMM for q/k/v and one for gate/up") {
+  // The profiled step's forward saves 3 GEMMs a layer (q, k, v, gate, up become
+  // q+k+v and gate+up), and backward 3 calls a layer likewise.
+  test::TempDir dir("fanout-bench");
+  auto matmuls = [&](const std::string& projections) {
+    const std::string json = dir / (projections + ".json");
+    auto r = test::run_fanout(with(small_bench(), {"--precision", "fp32", "--json", json,
+                                                   "--kernels", "--projections", projections}),
+                              kTimeout);
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    const nlohmann::json j = nlohmann::json::parse(std::ifstream(json));
+    std::map<std::string, int64_t> count;
+    for (const nlohmann::json& o : j["kernels"][0]["by_op"])
+      count[o["op"].get<std::string>()] = o["count"].get<int64_t>();
+    return count;
+  };
+  std::map<std::string, int64_t> separate = matmuls("separate"), fused = matmuls("fused");
+  const int64_t layers = models::llama_preset("tiny").num_hidden_layers;
+  CHECK(separate["matmul_forward"] - fused["matmul_forward"] == 3 * layers);
+  CHECK(separate["matmul_backward"] - fused["matmul_backward"] == 3 * layers);
+  CHECK(fused["swiglu_forward"] == separate["swiglu_forward"]);
+  CHECK(fused["swiglu_forward"] > 0);
 }

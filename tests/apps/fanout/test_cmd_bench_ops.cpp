@@ -39,9 +39,11 @@ TEST_CASE("bench ops --dtype picks the rows of each dtype") {
     auto r = fanout::test::run_fanout(small_ops(dtype), "timeout 60");
     CAPTURE(r.err);
     REQUIRE(r.rc == 0);
-    // Four projection shapes, forward and backward, and two attention rows.
-    CHECK(count(r.out, "matmul forward f32 ") == 4 * f32_rows);
-    CHECK(count(r.out, "matmul backward bf16 ") == 4 * bf16_rows);
+    // Seven projection shapes (q+k+v, q, k, gate+up, gate, down, lm_head), forward
+    // and backward, and two attention rows.
+    CHECK(count(r.out, "matmul forward f32 ") == 7 * f32_rows);
+    CHECK(count(r.out, "matmul backward bf16 ") == 7 * bf16_rows);
+    CHECK(count(r.out, "(q+k+v)") == 2 * (f32_rows + bf16_rows));
     CHECK(count(r.out, "attention backward f32 ") == f32_rows);
     CHECK(count(r.out, "attention forward bf16 ") == bf16_rows);
     CHECK(count(r.out, "matmul bf16: ") == bf16_rows);
