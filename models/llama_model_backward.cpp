@@ -141,7 +141,10 @@ void LlamaModel::backward_head(const Tensor& dlogits, int64_t ld, bool split) {
   }
   head_held_ = false;
   const int64_t Nr = seq_rows(N), r0 = seq_offset(N), Nf = sequence() ? tp_.size * Nr : N;
-  zero(a.dln, Nf * C);
+  // d(lnf): the head's GEMM overwrites rows [0, N); the rest (sequence
+  // parallelism's padding) stays zero for the scatter-sum.
+  if (Nf > N) flat_fill(s, a.dln.view(N * C, {(Nf - N) * C}), 0.0f);
+  const ops::Dinp first = ops::Dinp::overwrite;
   auto final_norm = [&] {
     // Note [Tensor parallelism]: the partial sums of the head's vocabulary rows;
     // Note [Sequence parallelism]: each rank's rows summed onto it.
@@ -155,7 +158,7 @@ void LlamaModel::backward_head(const Tensor& dlogits, int64_t ld, bool split) {
   };
   if (split) {  // Note [Split backward]: the lm_head's weight gradient waits
     ops::matmul_backward(s, a.dln, Tensor(), dlogits, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V,
-                         ld);
+                         ld, first);
     a.dlogits = dlogits, a.dlogits_ld = ld;
     return final_norm();
   }
@@ -163,7 +166,7 @@ void LlamaModel::backward_head(const Tensor& dlogits, int64_t ld, bool split) {
     // Note [The head's gradient in parts]: d(lnf) first, then the lm_head's
     // gradient block by block from the top, each reduced as soon as it is done.
     ops::matmul_backward(s, a.dln, Tensor(), dlogits, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V,
-                         ld);
+                         ld, first);
     table_grad_in_parts(head, layout_.lm_head(), [&](const Tensor& dw, int64_t row0, int64_t rows) {
       ops::matmul_backward_weight_rows(s, dw, dlogits, a.lnf, N, C, V, row0, rows, ld);
     });
@@ -178,7 +181,7 @@ void LlamaModel::backward_head(const Tensor& dlogits, int64_t ld, bool split) {
   // adds its own; on a stage without the embedding, into tied_g_.
   if (tied && has_embedding()) acquire_grads(0);
   ops::matmul_backward(s, a.dln, g(layout_.lm_head(), {V, C}), dlogits, a.lnf,
-                       w(layout_.lm_head(), {V, C}), N, C, V, ld);
+                       w(layout_.lm_head(), {V, C}), N, C, V, ld, first);
   final_norm();
   release_weights(head);
   if (tied) release_weights(0);
@@ -193,7 +196,6 @@ void LlamaModel::backward_layer(int64_t l, bool split) {
   const int64_t B = a.B, T = a.T, N = B * T, C = c.hidden_size, I = c.intermediate_size;
   const int64_t H = c.num_attention_heads, KV = c.num_key_value_heads, D = c.head_dim;
   const int64_t Hd = H * D, KVd = KV * D;
-  auto zero = [&](const Tensor& t, int64_t n) { flat_fill(s, t.view(0, {n}), 0.0f); };
   // d(residual) as the o_proj and down_proj GEMMs read it: itself in fp32, a
   // rounded copy in bf16; split, a copy kept for backward_weight.
   // Note [Sequence parallelism]: gathered from every rank's rows first.
@@ -230,35 +232,42 @@ void LlamaModel::backward_layer(int64_t l, bool split) {
   acquire_grads(unit);
   auto dw = [&](int64_t offset, Shape shape) { return split ? Tensor() : g(offset, shape); };
   // MLP block; dres holds d(res[l+1]) and becomes d(res_mid).
-  zero(a.dact, N * I);
+  // The first GEMM into each input gradient overwrites it (no zero fill); the
+  // rows of d(ln) past N (sequence parallelism's padding) stay zero for the scatter-sum.
+  const ops::Dinp first = ops::Dinp::overwrite;
+  auto dln_padding = [&] {
+    if (Nf > N) flat_fill(s, a.dln.view(N * C, {(Nf - N) * C}), 0.0f);
+  };
   ops::matmul_backward(s, a.dact, dw(o.down, {C, I}), dres_for_gemm(d.dres_down), x.act,
-                       w(o.down, {C, I}), N, I, C);
+                       w(o.down, {C, I}), N, I, C, 0, first);
   ops::swiglu_backward_rows(s, d.dgate, d.dup, a.dact, x.gate, x.up, N, I, a.gu_ld);
-  zero(a.dln, Nf * C);
+  dln_padding();
   if (a.fused_projections) {  // Note [Fused projections]
     ops::matmul_backward(s, a.dln, dw(o.gate, {2 * I, C}), d.dgu, x.ln2, w(o.gate, {2 * I, C}), N,
-                         C, 2 * I);
+                         C, 2 * I, 0, first);
   } else {
-    ops::matmul_backward(s, a.dln, dw(o.gate, {I, C}), d.dgate, x.ln2, w(o.gate, {I, C}), N, C, I);
+    ops::matmul_backward(s, a.dln, dw(o.gate, {I, C}), d.dgate, x.ln2, w(o.gate, {I, C}), N, C, I,
+                         0, first);
     ops::matmul_backward(s, a.dln, dw(o.up, {I, C}), d.dup, x.ln2, w(o.up, {I, C}), N, C, I);
   }
   norm_backward(g(o.ln2, {C}), x.res_mid, w(o.ln2, {C}), x.rstd2);
   // attention block; dres becomes d(res[l]).
-  zero(a.datt, N * Hd);
   ops::matmul_backward(s, a.datt, dw(o.o, {C, Hd}), dres_for_gemm(d.dres_o), x.att, w(o.o, {C, Hd}),
-                       N, Hd, C);
+                       N, Hd, C, 0, first);
   ops::attention_backward(s, d.dq, d.dk, d.dv, a.datt, x.q, x.k, x.v, x.att, x.lse, B, T, H, KV, D);
-  zero(a.dln, Nf * C);
+  dln_padding();
   if (a.fused_projections) {
     const int64_t QKV = Hd + 2 * KVd;
     ops::rope_backward(s, d.dqkv, d.dq, B, T, H, D, c.rope(), 0, QKV, Hd);
     ops::rope_backward(s, tail_view(d.dqkv, Hd), d.dk, B, T, KV, D, c.rope(), 0, QKV, KVd);
     tensor_copy_rows(s, tail_view(d.dqkv, Hd + KVd), QKV, d.dv, KVd, N, KVd);
-    ops::matmul_backward(s, a.dln, dw(o.q, {QKV, C}), d.dqkv, x.ln1, w(o.q, {QKV, C}), N, C, QKV);
+    ops::matmul_backward(s, a.dln, dw(o.q, {QKV, C}), d.dqkv, x.ln1, w(o.q, {QKV, C}), N, C, QKV, 0,
+                         first);
   } else {
     ops::rope_backward(s, d.dq, d.dq, B, T, H, D, c.rope(), 0);
     ops::rope_backward(s, d.dk, d.dk, B, T, KV, D, c.rope(), 0);
-    ops::matmul_backward(s, a.dln, dw(o.q, {Hd, C}), d.dq, x.ln1, w(o.q, {Hd, C}), N, C, Hd);
+    ops::matmul_backward(s, a.dln, dw(o.q, {Hd, C}), d.dq, x.ln1, w(o.q, {Hd, C}), N, C, Hd, 0,
+                         first);
     ops::matmul_backward(s, a.dln, dw(o.k, {KVd, C}), d.dk, x.ln1, w(o.k, {KVd, C}), N, C, KVd);
     ops::matmul_backward(s, a.dln, dw(o.v, {KVd, C}), d.dv, x.ln1, w(o.v, {KVd, C}), N, C, KVd);
   }

@@ -110,8 +110,9 @@ void matmul_forward_residual(Stream& stream, const Tensor& out, const Tensor& re
 
 void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, int64_t N, int64_t C, int64_t OC,
-                     int64_t ld_dout) {
+                     int64_t ld_dout, Dinp dinp_mode) {
   const char* op = "matmul_backward";
+  const bool add = dinp_mode == Dinp::add;
   OpScope scope(stream, OpClass::gemm, op);
   // dout, inp and weight share one dtype X; the gradients are f32 whatever X is.
   const DType X = float_dtype(op, "dout", dout);
@@ -129,10 +130,10 @@ void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, 
         float* dw = dweight.defined() ? dweight.data<float>() : nullptr;
         if (X == DType::f32) {
           cpu::matmul_backward(dx, dw, dout.data<float>(), inp.data<float>(), weight.data<float>(),
-                               N, C, OC, ld);
+                               N, C, OC, ld, add);
         } else {
           cpu::matmul_backward(dx, dw, dout.data<bf16>(), inp.data<bf16>(), weight.data<bf16>(), N,
-                               C, OC, ld);
+                               C, OC, ld, add);
         }
       });
       return;
@@ -140,7 +141,7 @@ void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, 
 #ifdef FANOUT_HAS_CUDA
       cuda::matmul_backward(stream.cuda_handle(), dinp.defined() ? dinp.data<float>() : nullptr,
                             dweight.defined() ? dweight.data<float>() : nullptr, dout.raw(),
-                            inp.raw(), weight.raw(), X, N, C, OC, ld);
+                            inp.raw(), weight.raw(), X, N, C, OC, ld, add);
       return;
 #else
       no_cuda_backend(op);

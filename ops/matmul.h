@@ -26,7 +26,12 @@ void matmul_forward_residual(Stream& stream, const Tensor& out, const Tensor& re
                              const Tensor& inp, const Tensor& weight, int64_t N, int64_t C,
                              int64_t OC);
 
-// dinp (N, C) += dout weight, dweight (OC, C) += dout^T inp, from dout (N, OC).
+// How matmul_backward writes dinp: added to what it holds (several GEMMs sum into
+// one input gradient), or overwritten (the first of them: no zero fill before).
+enum class Dinp { add, overwrite };
+
+// dinp (N, C) += dout weight, dweight (OC, C) += dout^T inp, from dout (N, OC);
+// dinp_mode overwrite: dinp = dout weight, whatever dinp held (NaN included).
 // An undefined dinp skips that product (the first layer needs no input gradient),
 // an undefined dweight the other (matmul_backward_weight_rows computes it in parts).
 // dinp and dweight are f32 whatever the dtype of dout, inp and weight. dout's rows
@@ -36,7 +41,7 @@ void matmul_forward_residual(Stream& stream, const Tensor& out, const Tensor& re
 // elements was read past its end on an H100).
 void matmul_backward(Stream& stream, const Tensor& dinp, const Tensor& dweight, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight, int64_t N, int64_t C, int64_t OC,
-                     int64_t ld_dout = 0);
+                     int64_t ld_dout = 0, Dinp dinp_mode = Dinp::add);
 
 // dweight_rows (rows, C) += dout[:, row0 : row0 + rows]^T inp: rows [row0, row0 +
 // rows) of the weight gradient alone, dout (N, OC; rows ld_dout apart, 0: OC) read

@@ -137,13 +137,16 @@ void matmul_forward_residual(float* out, const float* residual, const In* inp, c
 
 template <typename Grad, typename In>
 void matmul_backward(Grad* dinp, Grad* dweight, const In* dout, const In* inp, const In* weight,
-                     int64_t N, int64_t C, int64_t OC, int64_t ld_dout) {
+                     int64_t N, int64_t C, int64_t OC, int64_t ld_dout, bool dinp_add) {
   if (ld_dout == 0) ld_dout = OC;
   FANOUT_ASSERT(ld_dout >= OC, "matmul_backward: ld_dout ", ld_dout, " < OC ", OC);
-  if (N == 0 || C == 0 || OC == 0) return;  // every product is empty or adds 0
-  // dinp (N, C) += dout (N, OC) . weight (OC, C), dout's rows ld_dout apart.
+  // An empty sum: dinp = 0 when it is overwritten; every other product adds 0.
+  if (OC == 0 && dinp != nullptr && !dinp_add) std::fill(dinp, dinp + N * C, Grad{0});
+  if (N == 0 || C == 0 || OC == 0) return;
+  // dinp (N, C) (+)= dout (N, OC) . weight (OC, C), dout's rows ld_dout apart.
   if (dinp != nullptr)
-    gemm(GemmDesc{.M = N, .N = C, .K = OC, .accumulate = true, .lda = ld_dout}, dout, weight, dinp);
+    gemm(GemmDesc{.M = N, .N = C, .K = OC, .accumulate = dinp_add, .lda = ld_dout}, dout, weight,
+         dinp);
   // dweight (OC, C) += dout (N, OC)^T . inp (N, C)
   if (dweight != nullptr)
     gemm(GemmDesc{.M = OC, .N = C, .K = N, .a_trans = true, .accumulate = true, .lda = ld_dout},
@@ -188,11 +191,12 @@ template void matmul_forward_residual<float>(float*, const float*, const float*,
 template void matmul_forward_residual<bf16>(float*, const float*, const bf16*, const bf16*, int64_t,
                                             int64_t, int64_t);
 template void matmul_backward<double, double>(double*, double*, const double*, const double*,
-                                              const double*, int64_t, int64_t, int64_t, int64_t);
+                                              const double*, int64_t, int64_t, int64_t, int64_t,
+                                              bool);
 template void matmul_backward<float, float>(float*, float*, const float*, const float*,
-                                            const float*, int64_t, int64_t, int64_t, int64_t);
+                                            const float*, int64_t, int64_t, int64_t, int64_t, bool);
 template void matmul_backward<float, bf16>(float*, float*, const bf16*, const bf16*, const bf16*,
-                                           int64_t, int64_t, int64_t, int64_t);
+                                           int64_t, int64_t, int64_t, int64_t, bool);
 template void matmul_backward_weight_rows<double, double>(double*, const double*, const double*,
                                                           int64_t, int64_t, int64_t, int64_t,
                                                           int64_t, int64_t);

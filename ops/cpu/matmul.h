@@ -27,12 +27,12 @@ template <typename In>
 void matmul_forward_residual(float* out, const float* residual, const In* inp, const In* weight,
                              int64_t N, int64_t C, int64_t OC);
 
-// dinp (N, C) += dout weight, dweight (OC, C) += dout^T inp; dinp or dweight may
-// be nullptr (skipped); dout's rows ld_dout apart (0: OC). (Grad, In): (double,
-// double), (float, float), (float, bf16).
+// dinp (N, C) += dout weight (dinp_add false: =), dweight (OC, C) += dout^T inp;
+// dinp or dweight may be nullptr (skipped); dout's rows ld_dout apart (0: OC).
+// (Grad, In): (double, double), (float, float), (float, bf16).
 template <typename Grad, typename In>
 void matmul_backward(Grad* dinp, Grad* dweight, const In* dout, const In* inp, const In* weight,
-                     int64_t N, int64_t C, int64_t OC, int64_t ld_dout = 0);
+                     int64_t N, int64_t C, int64_t OC, int64_t ld_dout = 0, bool dinp_add = true);
 
 // Rows [row0, row0 + rows) of dweight alone: dweight_rows (rows, C) +=
 // dout[:, row0 : row0 + rows]^T inp, dout (N, OC; rows ld_dout apart) read in place.

@@ -57,13 +57,18 @@ void matmul_forward_residual(void* stream, float* out, const float* residual, co
 
 void matmul_backward(void* stream, float* dinp, float* dweight, const void* dout, const void* inp,
                      const void* weight, DType in, int64_t N, int64_t C, int64_t OC,
-                     int64_t ld_dout) {
-  if (C <= 0 || N <= 0 || OC <= 0) return;  // every product is empty or adds 0
+                     int64_t ld_dout, bool dinp_add) {
+  if (C <= 0 || N <= 0) return;  // every product is empty
   BoundStream s(stream);
-  // dinp^T (C, N) += W^T (C, OC) dout^T (OC, N)
+  if (OC <= 0) {  // an empty sum: dinp = 0 when it is overwritten; every other product adds 0
+    if (dinp != nullptr && !dinp_add)
+      FANOUT_CUDA_CHECK(cudaMemsetAsync(dinp, 0, sizeof(float) * N * C, s));
+    return;
+  }
+  // dinp^T (C, N) (+)= W^T (C, OC) dout^T (OC, N); beta 0 does not read dinp.
   if (dinp != nullptr) {
-    gemm(s, gemm_plan_backward_inp(N, C, OC, ld_dout), in, weight, dout, 1.0f, dinp, dinp,
-         DType::f32);
+    gemm(s, gemm_plan_backward_inp(N, C, OC, ld_dout), in, weight, dout, dinp_add ? 1.0f : 0.0f,
+         dinp, dinp, DType::f32);
   }
   // dweight^T (C, OC) += inp^T (C, N) dout (N, OC)
   if (dweight != nullptr) {

@@ -18,11 +18,12 @@ void matmul_forward(void* stream, void* out, DType out_dtype, const void* inp, c
 void matmul_forward_residual(void* stream, float* out, const float* residual, const void* inp,
                              const void* weight, DType in, int64_t N, int64_t C, int64_t OC);
 
-// dinp (N, C) += dout weight (skipped when dinp is nullptr), dweight (OC, C) +=
-// dout^T inp (skipped when nullptr), from dout (N, OC; rows ld_dout apart).
+// dinp (N, C) += dout weight (dinp_add false: =, beta 0; skipped when dinp is
+// nullptr), dweight (OC, C) += dout^T inp (skipped when nullptr), from dout (N,
+// OC; rows ld_dout apart).
 void matmul_backward(void* stream, float* dinp, float* dweight, const void* dout, const void* inp,
                      const void* weight, DType in, int64_t N, int64_t C, int64_t OC,
-                     int64_t ld_dout);
+                     int64_t ld_dout, bool dinp_add);
 
 // dweight_rows (rows, C) += dout[:, row0 : row0 + rows]^T inp (dout rows ld_dout apart).
 void matmul_backward_weight_rows(void* stream, float* dweight_rows, const void* dout,

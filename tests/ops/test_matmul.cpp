@@ -1,7 +1,8 @@
 // Matmul y = x W^T: forward against a triple loop in double, backward against
 // central finite differences, gradients accumulating into prior values, an
 // undefined dinp skipped, the f32 (oneDNN) dispatch against double (dgemm), and
-// GEMMs from two threads at once bit-identical to one thread. bf16: test_matmul_bf16.cpp.
+// GEMMs from two threads at once bit-identical to one thread; dinp overwritten (no
+// zero fill) equal to dinp added onto zeros. bf16: test_matmul_bf16.cpp.
 
 #include <doctest/doctest.h>
 
@@ -10,6 +11,7 @@
 
 #include "ops/cpu/matmul.h"
 #include "ops/matmul.h"
+#include "tests/ops/matmul_dinp_test_util.h"
 #include "tests/ops/op_test_util.h"
 
 using namespace fanout;
@@ -264,4 +266,9 @@ TEST_CASE("matmul weight gradient by rows equals the rows of the whole weight gr
       CHECK_MESSAGE(all_close(f32_values(s, t), want, 1e-5, 1e-5, &why), why);
     }
   }
+}
+
+TEST_CASE("matmul backward overwriting dinp equals adding onto zeros, whatever dinp held") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  for (DType x : {DType::f32, DType::bf16}) check_dinp_overwrite(s, x);
 }

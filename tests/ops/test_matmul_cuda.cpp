@@ -1,10 +1,12 @@
 // GPU: matmul forward and backward (cuBLAS, fp32) on cuda:0 against the CPU
-// dispatcher on the same inputs, gradients accumulating into non-zero buffers.
+// dispatcher on the same inputs, gradients accumulating into non-zero buffers;
+// dinp overwritten with beta 0 equal to dinp added onto zeros.
 
 #include <doctest/doctest.h>
 
 #include "ops/matmul.h"
 #include "tests/ops/cuda_op_test_util.h"
+#include "tests/ops/matmul_dinp_test_util.h"
 
 using namespace fanout;
 using namespace fanout::test;
@@ -53,4 +55,9 @@ TEST_CASE("matmul backward on cuda:0 accumulates like the CPU, with and without 
       check_cuda_matches_cpu(s, dw, 1e-4, 1e-5, "dweight");
     }
   }
+}
+
+TEST_CASE("matmul backward on cuda:0 overwriting dinp (beta 0) equals adding onto zeros") {
+  Stream s(cuda_device(0), "cuda:0 compute");
+  for (DType x : {DType::f32, DType::bf16}) check_dinp_overwrite(s, x);
 }
