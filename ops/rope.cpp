@@ -33,10 +33,10 @@ void rope_forward(Stream& stream, const Tensor& out, const Tensor& inp, int64_t 
   // f32 or bf16, the same for both (they may alias).
   const int64_t span_in = rope_span(op, "inp", ld_in, B, T, H, D);
   const int64_t span_out = rope_span(op, "out", ld_out, B, T, H, D);
-  FANOUT_ASSERT(out.raw() != inp.raw() || ld_out == ld_in, op,
-                ": out aliases inp with another stride");
   const DType X = check_arg_any(op, "inp", stream, inp, {DType::f32, DType::bf16}, span_in);
   check_arg(op, "out", stream, out, X, span_out);
+  FANOUT_ASSERT(out.raw() != inp.raw() || ld_out == ld_in, op,
+                ": out aliases inp with another stride");
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {
@@ -73,10 +73,10 @@ void rope_backward(Stream& stream, const Tensor& dinp, const Tensor& dout, int64
   // f32 or bf16, the same for both (they may alias).
   const int64_t span_dout = rope_span(op, "dout", ld_dout, B, T, H, D);
   const int64_t span_dinp = rope_span(op, "dinp", ld_dinp, B, T, H, D);
-  FANOUT_ASSERT(dinp.raw() != dout.raw() || ld_dinp == ld_dout, op,
-                ": dinp aliases dout with another stride");
   const DType X = check_arg_any(op, "dout", stream, dout, {DType::f32, DType::bf16}, span_dout);
   check_arg(op, "dinp", stream, dinp, X, span_dinp);
+  FANOUT_ASSERT(dinp.raw() != dout.raw() || ld_dinp == ld_dout, op,
+                ": dinp aliases dout with another stride");
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {

@@ -16,6 +16,12 @@ int64_t span(int64_t rows, int64_t cols, int64_t ld) {
   return rows > 0 && cols > 0 ? (rows - 1) * ld + cols : 0;
 }
 
+// Contiguous rows (ld == cols) are one flat row: the backends' flat loops.
+void flatten(int64_t& rows, int64_t& cols, int64_t& ld) {
+  if (ld != cols || rows <= 1) return;
+  cols *= rows, ld = cols, rows = 1;
+}
+
 void forward(const char* op, Stream& stream, const Tensor& out, const Tensor& gate,
              const Tensor& up, int64_t rows, int64_t cols, int64_t ld) {
   OpScope scope(stream, OpClass::elementwise, op);
@@ -26,6 +32,7 @@ void forward(const char* op, Stream& stream, const Tensor& out, const Tensor& ga
       check_arg_any(op, "gate", stream, gate, {DType::f32, DType::bf16}, span(rows, cols, ld));
   check_arg(op, "up", stream, up, X, span(rows, cols, ld));
   check_arg(op, "out", stream, out, X, rows * cols);
+  flatten(rows, cols, ld);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {
@@ -65,6 +72,7 @@ void backward(const char* op, Stream& stream, const Tensor& dgate, const Tensor&
   check_arg(op, "dgate", stream, dgate, X, n);
   check_arg(op, "dup", stream, dup, X, n);
   const DType G = check_arg_any(op, "dout", stream, dout, {DType::f32, DType::bf16}, rows * cols);
+  flatten(rows, cols, ld);
   switch (stream.device().kind) {
     case DeviceKind::cpu:
       stream.enqueue([=] {

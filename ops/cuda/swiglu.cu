@@ -2,8 +2,8 @@
 // rounding per store): grid-stride loops with the overflow-free sigmoid of
 // ops/cpu/swiglu.cpp, 8 elements a step with 16-byte loads and stores where the
 // pointers align together (elementwise.cuh); over rows ld apart (the fused
-// gate/up projection's), 8 a step where cols, ld and the pointers allow. expf is the accurate
-// libdevice version (no fast math), within 2 ulp of the CPU's.
+// gate/up projection's), 8 a step where cols, ld and the pointers allow. expf is
+// the accurate libdevice version (no fast math), within 2 ulp of the CPU's.
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/elementwise.cuh"
