@@ -9,6 +9,16 @@
 
 namespace fanout::test {
 
+// Note [Fused projections]: the process-wide default for the models made while it
+// lives, put back after.
+struct FusedProjectionsDefault {
+  bool was = models::fused_projections_default();
+  explicit FusedProjectionsDefault(bool on) { models::set_fused_projections_default(on); }
+  ~FusedProjectionsDefault() { models::set_fused_projections_default(was); }
+  FusedProjectionsDefault(const FusedProjectionsDefault&) = delete;
+  FusedProjectionsDefault& operator=(const FusedProjectionsDefault&) = delete;
+};
+
 // init_random(seed), then every matrix (each parameter of two or more dimensions)
 // times `scale`, and the working copy refreshed: the loss is far from uniform and
 // attention depends strongly on the positions.

@@ -12,25 +12,19 @@
 #include "engine/core/op_profile.h"
 #include "models/llama_model.h"
 #include "tests/engine/parallel/parallel_test_util.h"
+#include "tests/models/llama_test_util.h"
 
 using namespace fanout;
 using namespace fanout::test;
 
 namespace {
 
-// The process-wide default for the models a test makes, put back after it.
-struct FusedDefault {
-  bool was = models::fused_projections_default();
-  explicit FusedDefault(bool on) { models::set_fused_projections_default(on); }
-  ~FusedDefault() { models::set_fused_projections_default(was); }
-};
-
 TestBatch test_batch() {
   return make_batch(4, 8, 61, 21, {0, 3, 7, 1});
 }
 
 RunResult one_device(bool fused, DType working, const models::LlamaConfig& config) {
-  FusedDefault guard(fused);
+  FusedProjectionsDefault guard(fused);
   parallel::DataParallelOptions o;
   o.device_ids = {cpu_device(0)};
   return run_data_parallel(o, test_batch(), 3, 7, working, &config, false);
@@ -38,7 +32,7 @@ RunResult one_device(bool fused, DType working, const models::LlamaConfig& confi
 
 RunResult pipeline(bool fused, DType working, const models::LlamaConfig& config,
                    const PipelineSetup& setup) {
-  FusedDefault guard(fused);
+  FusedProjectionsDefault guard(fused);
   return run_pipeline(setup, test_batch(), 3, 7, working, &config);
 }
 
@@ -92,7 +86,7 @@ TEST_CASE("fused projections: zb1's split backward, recompute and tensor shards 
 TEST_CASE("fused projections: one GEMM for q/k/v and one for gate/up, forward and backward") {
   const models::LlamaConfig c = config_of(false);
   auto gemms = [&](bool fused) {
-    FusedDefault guard(fused);
+    FusedProjectionsDefault guard(fused);
     op_profile_start();
     one_device(fused, DType::f32, c);
     const OpTimes t = op_profile_stop();

@@ -7,29 +7,24 @@
 
 #include "models/llama_model.h"
 #include "tests/engine/parallel/parallel_test_util.h"
+#include "tests/models/llama_test_util.h"
 
 using namespace fanout;
 using namespace fanout::test;
 
 namespace {
 
-struct FusedDefault {
-  bool was = models::fused_projections_default();
-  explicit FusedDefault(bool on) { models::set_fused_projections_default(on); }
-  ~FusedDefault() { models::set_fused_projections_default(was); }
-};
-
 const TestBatch kBatch = make_batch(4, 8, 61, 21, {0, 3, 7, 1});
 
 RunResult one_device(Device d, bool fused, DType working) {
-  FusedDefault guard(fused);
+  FusedProjectionsDefault guard(fused);
   parallel::DataParallelOptions o;
   o.device_ids = {d};
   return run_data_parallel(o, kBatch, 3, 7, working, nullptr, false);
 }
 
 RunResult zb1(bool fused, DType working) {
-  FusedDefault guard(fused);
+  FusedProjectionsDefault guard(fused);
   PipelineSetup setup;
   setup.schedule = parallel::PipeSchedule::zb1;
   setup.devices = "cuda:0,cuda:0";
