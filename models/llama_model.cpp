@@ -155,6 +155,7 @@ LlamaModel::LlamaModel(LlamaConfig config, Device device, std::string stream_nam
 void LlamaModel::set_fused_projections(bool on) {
   FANOUT_ASSERT(!arena_, "set_fused_projections after the first forward");
   fused_projections_ = on;
+  ++version_;
 }
 
 void LlamaModel::set_fused_classifier(bool on) {
@@ -163,6 +164,7 @@ void LlamaModel::set_fused_classifier(bool on) {
   FANOUT_ASSERT(!arena_, "set_fused_classifier after the first forward");
   fused_classifier_ = on;
   ld_ = on ? ops::vocab_padded(config_.vocab_size) : config_.vocab_size;
+  ++version_;
 }
 
 // Note [Pipeline stages]
@@ -189,11 +191,13 @@ void LlamaModel::set_stage(int first_unit, int last_unit) {
   l1_ = std::min<int64_t>(last_unit, L + 1) - 1;
   base_ = units_[first_unit].begin;
   top_ = units_[last_unit - 1].end;
+  ++version_;
 }
 
 void LlamaModel::set_recompute(bool on) {
   FANOUT_ASSERT(arenas_.empty(), "set_recompute after the first forward");
   recompute_ = on;
+  ++version_;
 }
 
 // Note [Lazy flat buffers]: the flat parameters and gradients are allocated at
@@ -203,6 +207,7 @@ void LlamaModel::set_recompute(bool on) {
 void LlamaModel::ensure_params() {
   const int64_t P = top_ - base_;
   if (!store_weights_ && !params_.defined()) {
+    ++version_;
     params_ = Tensor::empty({P}, DType::f32, device_, MemTag::params);
     flat_fill(*stream_, params_, 0.0f);
     working_ = params_;
@@ -225,10 +230,12 @@ void LlamaModel::ensure_params() {
 // here, whole: the engine adds it to the embedding's shards.
 void LlamaModel::ensure_grads() {
   if (store_ == nullptr && !grads_.defined()) {
+    ++version_;
     grads_ = Tensor::empty({top_ - base_}, DType::f32, device_, MemTag::grads);
     flat_fill(*stream_, grads_, 0.0f);
   }
   if (config_.tie_word_embeddings && !has_embedding() && has_head() && !tied_g_.defined()) {
+    ++version_;
     tied_g_ = Tensor::empty({units_[0].end - units_[0].begin}, DType::f32, device_, MemTag::grads);
     flat_fill(*stream_, tied_g_, 0.0f);
   }
@@ -241,6 +248,7 @@ void LlamaModel::set_unit_store(parallel::UnitStore* store, bool weights) {
   FANOUT_ASSERT(whole() || !weights, "sharded weights (zero3) for a pipeline stage");
   store_ = store;
   store_weights_ = weights;
+  ++version_;
 }
 
 Tensor LlamaModel::params() {
@@ -422,6 +430,7 @@ void LlamaModel::reserve(int64_t rows, int64_t seq_len) {
   if (arena_ && arena_->capacity >= N) return;
   FANOUT_ASSERT(arenas_.size() <= 1, "reserve() after reserve_slots()");
   stream_->synchronize();  // the old arena may still be in use by queued work
+  ++version_;
   arenas_.clear();
   arenas_.push_back(make_arena(N));
   arena_ = arenas_[0].get();
@@ -447,6 +456,7 @@ void LlamaModel::reserve_slots(int slots, int64_t rows, int64_t seq_len, bool sp
       arena_->capacity >= N)
     return;
   stream_->synchronize();
+  ++version_;
   arenas_.clear();
   split_backward_ = split_backward;
   for (int i = 0; i < slots; ++i) arenas_.push_back(make_arena(N));
@@ -456,6 +466,7 @@ void LlamaModel::reserve_slots(int slots, int64_t rows, int64_t seq_len, bool sp
 void LlamaModel::use_slot(int slot) {
   FANOUT_ASSERT(0 <= slot && slot < static_cast<int>(arenas_.size()), "slot ", slot, " of ",
                 arenas_.size());
+  if (arena_ != arenas_[slot].get()) ++version_;
   arena_ = arenas_[slot].get();
 }
 
@@ -632,8 +643,10 @@ void LlamaModel::forward_head(bool fused) {
   // forward_logits under the fused classifier: the same bf16 logits (rows V apart),
   // widened into an f32 buffer made on demand, so that a loss computed from them
   // (--loss-on output) is the fused loss.
-  if (!logits_f32_.defined() || logits_f32_.numel() < N * V)
+  if (!logits_f32_.defined() || logits_f32_.numel() < N * V) {
+    ++version_;
     logits_f32_ = Tensor::empty({a.capacity * V}, DType::f32, device_, MemTag::activations);
+  }
   ops::matmul_forward(*stream_, a.logits_x, a.lnf, w(layout_.lm_head(), {V, C}), N, C, V, V);
   ops::cast_bf16_to_f32(*stream_, logits_f32_.view(0, {N * V}), a.logits_x.view(0, {N * V}), N * V);
 }

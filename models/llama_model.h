@@ -106,6 +106,7 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
                     int32_t ignore_index) override;
   void backward_from_loss(float normalizer) override;
   void set_grad_ready_callback(GradReadyFn fn) override { grad_ready_ = std::move(fn); }
+  uint64_t buffers_version() const override { return version_; }
 
   // --- PipeStage ---
   parallel::ParamUnit stage_range() const override { return {base_, top_}; }
@@ -223,6 +224,7 @@ class LlamaModel final : public parallel::Replica, public parallel::PipeStage {
   bool recompute_ = false;
   bool fused_projections_ = false;
   bool split_backward_ = false;  // slots keep the weight GEMMs' output gradients
+  uint64_t version_ = 0;         // buffers_version(): bumped by every (re)allocation and setting
 };
 
 }  // namespace fanout::models

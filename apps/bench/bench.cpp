@@ -203,6 +203,7 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
   options.grad_comm = setup.grad_comm;
   options.recompute = setup.recompute;
   options.offload_optimizer = setup.offload;
+  options.graphs = setup.graphs;
   FANOUT_CHECK(!setup.offload || !(grid || mode.processes),
                "--offload optimizer works with dp, overlap, zero1, zero2 and zero3");
   if (grid) {  // K stages, the cut balanced by parameters, each on T devices

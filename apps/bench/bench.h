@@ -51,6 +51,8 @@ struct BenchSetup {
   // train's --recompute and --offload optimizer (dp, overlap, zero1-3 rows; the
   // others fail with the reason), for every row.
   bool recompute = false, offload = false;
+  // train's --graphs on (dp and zero1 rows; the others fail with the reason).
+  bool graphs = false;
 };
 
 // Peaks are measured from the first timed step (every device's peaks reset

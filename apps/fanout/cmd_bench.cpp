@@ -58,6 +58,7 @@ struct BenchArgs {
   std::string precision = "both", grad_comm = "fp32";
   std::string attention = "auto";  // the attention kernel on CUDA devices (train's --attention)
   std::string projections = "separate";  // train's --projections
+  std::string graphs = "off";            // train's --graphs
   // ops
   std::string op_device = "cpu:0", op_dtype = "both";
   int repeats = 5;
@@ -95,6 +96,12 @@ std::string exact_str(double v) {
   return buf;
 }
 
+// --graphs on or off.
+bool graphs_flag(const std::string& graphs) {
+  FANOUT_CHECK(graphs == "on" || graphs == "off", "--graphs must be on or off, got '", graphs, "'");
+  return graphs == "on";
+}
+
 // What every rank of the ddp row gets besides its device and --json.
 std::vector<std::string> worker_flags(const BenchArgs& a, const std::string& precision) {
   std::vector<std::string> flags = {"--batch-size",  std::to_string(a.batch_size),
@@ -106,7 +113,8 @@ std::vector<std::string> worker_flags(const BenchArgs& a, const std::string& pre
                                     "--precision",   precision,
                                     "--grad-comm",   a.grad_comm,
                                     "--attention",   a.attention,
-                                    "--projections", a.projections};
+                                    "--projections", a.projections,
+                                    "--graphs",      a.graphs};
   if (a.config_file.empty()) {
     flags.insert(flags.end(), {"--preset", a.preset});
   } else {
@@ -141,6 +149,7 @@ int run_bench_worker(const BenchArgs& a) {
   setup.working = a.precision == "bf16" ? DType::bf16 : DType::f32;
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
   setup.recompute = a.recompute, setup.offload = a.offload == "optimizer";
+  setup.graphs = graphs_flag(a.graphs);
   train::attention_apply(a.attention, setup.working, setup.devices);
   train::projections_apply(a.projections);
   // As `train --strategy ddp` connects under fanout launch, with its default timeout;
@@ -209,6 +218,7 @@ bench::BenchSetup setup_of(BenchArgs& a, std::vector<parallel::Mode>& modes) {
   train::attention_apply(a.attention, a.precision == "bf16" ? DType::bf16 : DType::f32,
                          setup.devices);
   train::projections_apply(a.projections);
+  setup.graphs = graphs_flag(a.graphs);
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
   setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
   setup.steps = a.steps, setup.warmup = a.warmup, setup.bucket_mb = a.bucket_mb;
@@ -441,6 +451,11 @@ Command add_bench_command(CLI::App& app) {
     c->add_option("--projections", a->projections,
                   "separate or fused (q/k/v as one GEMM, gate/up as one), as train's")
         ->capture_default_str();
+    c->add_option("--graphs", a->graphs,
+                  "off or on: every row as fanout train --graphs on (each device's forward and "
+                  "backward recorded once and replayed; rows it does not work with fail with the "
+                  "reason)")
+        ->capture_default_str();
     c->add_flag("--recompute", a->recompute,
                 "Every row as fanout train --recompute (each layer's forward again in backward)");
     c->add_option("--offload", a->offload,
@@ -509,9 +524,10 @@ Command add_bench_command(CLI::App& app) {
     if (ops->parsed()) {
       // `fanout bench --json x ops` would otherwise accept flags that ops never reads.
       for (const char* flag :
-           {"--devices", "--modes", "--steps", "--min-seconds", "--warmup", "--bucket-mb", "--json",
-            "--peers", "--svg", "--trace", "--precision", "--grad-comm", "--mfu", "--kernels",
-            "--wide", "--recompute", "--offload", "--attention", "--projections"}) {
+           {"--devices",   "--modes",     "--steps",     "--min-seconds", "--warmup",
+            "--bucket-mb", "--json",      "--peers",     "--svg",         "--trace",
+            "--precision", "--grad-comm", "--mfu",       "--kernels",     "--wide",
+            "--recompute", "--offload",   "--attention", "--projections", "--graphs"}) {
         FANOUT_CHECK(cmd->count(flag) == 0, flag, " does not apply to fanout bench ops");
       }
       return run_bench_ops(*a);

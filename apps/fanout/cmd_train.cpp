@@ -189,6 +189,10 @@ void add_optimisation_flags(TrainFlags& f, train::TrainOptions& o) {
   f.text("projections", o.projections,
          "separate (the default) or fused: q/k/v as one GEMM and gate/up as one; the same "
          "values, for comparing speeds");
+  f.text("graphs", o.graphs,
+         "off (the default) or on: record each device's forward and backward once and replay "
+         "them (CUDA graphs on CUDA devices); the same values, fewer launches. Needs --loss-on "
+         "replicas and dp, ddp or zero1 without --overlap");
   f.text("grad-comm", o.grad_comm,
          "fp32 or bf16: the dtype gradients are summed across devices in (bf16 halves the bytes)");
   f.number("seed", o.seed, uint64_t{0}, std::numeric_limits<uint64_t>::max(),

@@ -226,6 +226,22 @@ void projections_apply(const std::string& projections) {
   models::set_fused_projections_default(projections == "fused");
 }
 
+bool graphs_parse(const TrainOptions& o, const std::string& strategy, const std::string& loss_on) {
+  FANOUT_CHECK(o.graphs == "on" || o.graphs == "off", "--graphs must be on or off, got '", o.graphs,
+               "'");
+  if (o.graphs == "off") return false;
+  FANOUT_CHECK(o.pp == 1 && o.tp == 1, "--graphs on records each replica's forward and backward; ",
+               "a --", o.pp > 1 ? "pp" : "tp", " grid passes activations between devices in them");
+  FANOUT_CHECK(loss_on == "replicas", "--graphs on needs --loss-on replicas: with --loss-on ",
+               loss_on, " the logits leave the replicas between forward and backward");
+  FANOUT_CHECK(!o.overlap, "--graphs on records backward whole: it cannot overlap the gradient ",
+               "sums with it (add --no-overlap)");
+  FANOUT_CHECK(strategy != "zero2" && strategy != "zero3", "--graphs on works with --strategy ",
+               "dp, ddp or zero1: ", strategy,
+               " hands each layer's gradients over during backward");
+  return true;
+}
+
 int64_t preset_seq_len(const std::string& preset) {
   if (preset == "small") return 256;
   if (preset == "seed") return 512;

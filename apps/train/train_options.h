@@ -73,6 +73,10 @@ struct TrainOptions {
   // separate, or fused (q/k/v as one GEMM, gate/up as one): the same values up to
   // the order of fp32 sums (Note [Fused projections]). Run-local, like attention.
   std::string projections = "separate";
+  // on: each replica's forward and backward recorded once and replayed (CUDA
+  // graphs on CUDA devices; Note [Step graphs] in
+  // engine/parallel/data_parallel_graphs.cpp), or off. Run-local: the same values.
+  std::string graphs = "off";
   uint64_t seed = 1234;
   // run
   std::string out, resume, trace;
@@ -120,6 +124,11 @@ void attention_apply(const std::string& attention, DType working,
 // Applies `--projections` (fused or separate) to the models this process makes,
 // refusing any other value.
 void projections_apply(const std::string& projections);
+
+// Whether `--graphs` (on or off) is on, refusing any other value, and a run
+// that cannot record its step: a --pp or --tp grid, --loss-on output,
+// --overlap, zero2 or zero3 (`strategy` and `loss_on` as given).
+bool graphs_parse(const TrainOptions& o, const std::string& strategy, const std::string& loss_on);
 
 // The preset's default sequence length (tiny 128, small 256, seed 512).
 int64_t preset_seq_len(const std::string& preset);

@@ -384,7 +384,10 @@ void prepare_optimisation(TrainOptions& o, Setup& s, const std::set<std::string>
   // otherwise, as PyTorch DDP and the bench's ddp row do.
   s.strategy = parallel::strategy_flag_parse(o.strategy);
   s.loss_on = parallel::loss_on_parse(o.loss_on);
-  if (s.strategy.processes && !given.count("overlap") && !s.resume) o.overlap = true;
+  // (--graphs on records backward whole: no overlap unless asked for, and then refused.)
+  if (s.strategy.processes && !given.count("overlap") && !s.resume && o.graphs != "on")
+    o.overlap = true;
+  graphs_parse(o, o.strategy, o.loss_on);
   if (!o.offload.empty()) {
     // Note [Optimizer offload] in optimizer.cpp: over DataParallel's shards.
     FANOUT_CHECK(o.pp == 1 && o.tp == 1, "--offload optimizer works with --strategy dp, zero1, ",

@@ -110,6 +110,7 @@ TrainingOptions training_options(const Setup& s, distributed::ProcessGroup* grou
   t.adam.weight_decay = static_cast<float>(o.weight_decay);
   t.recompute = o.recompute;
   t.offload_optimizer = o.offload == "optimizer";
+  t.graphs = graphs_parse(o, o.strategy, o.loss_on);
   t.stages = static_cast<int>(o.pp);
   t.tensor = static_cast<int>(o.tp);
   t.sequence_parallel = o.sequence_parallel;
@@ -191,13 +192,14 @@ std::vector<std::string> header_lines(const Setup& s, distributed::ProcessGroup*
   char header[4096];
   std::snprintf(
       header, sizeof header,
-      "fanout train: %.2fM parameters on %s | %s, loss on %s%s | %s%s%s%s%s | batch %lld x %lld%s "
+      "fanout train: %.2fM parameters on %s | %s, loss on %s%s | %s%s%s%s%s%s | batch %lld x "
+      "%lld%s "
       "| "
       "steps %lld..%lld | data %s (%lld tokens) | out %s",
       s.config.num_parameters() / 1e6, where.c_str(), o.strategy.c_str(), o.loss_on.c_str(),
       o.overlap ? ", overlap" : "", o.precision == "bf16" ? "bf16 mixed precision" : "fp32",
       o.grad_comm == "bf16" ? ", bf16 gradient sums" : "", o.recompute ? ", recompute" : "",
-      o.projections == "fused" ? ", fused projections" : "",
+      o.projections == "fused" ? ", fused projections" : "", o.graphs == "on" ? ", graphs" : "",
       o.sequence_parallel ? ", sequence parallel" : "", static_cast<long long>(o.batch_size),
       static_cast<long long>(o.seq_len),
       o.grad_accum > 1 ? (" in " + std::to_string(o.grad_accum) + " micro-batches").c_str() : "",

@@ -27,6 +27,7 @@ Training::Training(TrainingOptions options, const InitialWeights& initial)
   dpo.grad_comm = options_.grad_comm;
   dpo.process_group = options_.group;
   dpo.fault_hook = options_.fault_hook;
+  dpo.graphs = options_.graphs;
   const std::vector<Device>& ids = options_.devices;
   auto factory = [&](Device d, int i) {
     auto m = std::make_unique<models::LlamaModel>(
@@ -64,6 +65,8 @@ void Training::make_pipeline(const InitialWeights& initial) {
   FANOUT_CHECK(!options_.offload_optimizer,
                "--offload optimizer works with --strategy dp, zero1, zero2 and zero3; not with "
                "--pp or --tp");
+  FANOUT_CHECK(!options_.graphs,
+               "--graphs on records each replica's forward and backward; not with --pp or --tp");
   FANOUT_ASSERT(!initial.load && !options_.group, "a pipeline loads whole weights, in one process");
   parallel::PipelineOptions po;
   po.devices = options_.devices;

@@ -46,6 +46,8 @@ struct TrainingOptions {
   ops::AdamWConfig adam;
   // Note [Recompute] in models/llama_model_backward.cpp.
   bool recompute = false;
+  // Note [Step graphs] in engine/parallel/data_parallel_graphs.cpp; not with a pipeline.
+  bool graphs = false;
   // AdamW's master weights and state in host memory, the update on host threads
   // (Note [Optimizer offload], apps/train/optimizer.cpp); not with a pipeline.
   bool offload_optimizer = false;

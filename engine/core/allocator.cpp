@@ -145,7 +145,30 @@ namespace {
 // the sum of the kinds at every moment, so the total's peak is never above the sum
 // of the kinds' peaks (a free on one thread and an allocation of the same size on
 // another could otherwise be counted at once in the total, never in their kind).
+namespace detail {
+
+GraphRecording*& graph_recording_of_this_thread() {
+  thread_local GraphRecording* recording = nullptr;
+  return recording;
+}
+
+void graph_recording_release(GraphRecording& r) noexcept {
+  std::vector<GraphRecording::Held> held;
+  held.swap(r.held);
+  for (const GraphRecording::Held& h : held) h.allocator->deallocate(h.ptr, h.bytes, h.tag);
+}
+
+}  // namespace detail
+
 void* Allocator::allocate(size_t bytes, MemTag tag) {
+  if (detail::GraphRecording* r = detail::graph_recording_of_this_thread();
+      r != nullptr && r->device == device_) {
+    std::string why = detail::str_cat("it allocates ", bytes_str(bytes), " of ", mem_tag_name(tag),
+                                      " on ", name_);
+    if (r->failure.empty()) r->failure = why;
+    detail::throw_error(detail::str_cat(r->stream, ": a recorded graph cannot keep memory that ",
+                                        "the host allocates while recording (", why, ")"));
+  }
   Counter& kind = tags_[static_cast<int>(tag)];
   size_t live = 0;
   {
@@ -190,6 +213,18 @@ void* Allocator::allocate(size_t bytes, MemTag tag) {
 
 void Allocator::deallocate(void* ptr, size_t bytes, MemTag tag) noexcept {
   if (ptr == nullptr) return;
+  if (detail::GraphRecording* r = detail::graph_recording_of_this_thread();
+      r != nullptr && r->device == device_) {
+    try {  // held until the recording ends (its work may still be replayed)
+      r->held.push_back({this, ptr, bytes, tag});
+      if (r->failure.empty())
+        r->failure = detail::str_cat("it frees ", bytes_str(bytes), " of ", mem_tag_name(tag),
+                                     " on ", name_, " that recorded work may use");
+      return;
+    } catch (...) {  // no memory to hold it: free it now, and fail the recording
+      if (r->failure.empty()) r->failure = "it frees memory that recorded work may use";
+    }
+  }
   raw_deallocate(ptr, bytes);
   std::lock_guard<std::mutex> lock(mu_);
   total_.sub(bytes);

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "engine/core/device.h"
 
@@ -35,6 +36,32 @@ struct AllocatorStats {
   size_t num_allocs = 0;
   const MemStats& tag(MemTag t) const { return by_tag[static_cast<int>(t)]; }
 };
+
+class Allocator;
+
+namespace detail {
+// Note [Stream graphs] (stream_graph.cpp): while a thread records a graph on a
+// stream of `device`, the memory the recorded work would use must stay where it
+// is for every replay. That thread's allocations on the device are refused and its
+// frees held (the recording fails either way, with `failure` saying why) until
+// the recording ends and releases them. Other threads and devices are unaffected.
+struct GraphRecording {
+  Device device;
+  std::string stream;   // the recording stream's name, for the message
+  std::string failure;  // the first refused use of memory; empty if none
+  struct Held {
+    Allocator* allocator;
+    void* ptr;
+    size_t bytes;
+    MemTag tag;
+  };
+  std::vector<Held> held;
+};
+// This thread's recording (null when it records none); set by Stream.
+GraphRecording*& graph_recording_of_this_thread();
+// Frees what the recording held, now that it is over.
+void graph_recording_release(GraphRecording& r) noexcept;
+}  // namespace detail
 
 class Allocator {
  public:

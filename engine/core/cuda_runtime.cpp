@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "engine/core/cuda_check.h"
 #include "engine/core/cuda_guard.h"
@@ -116,6 +117,7 @@ namespace {
 struct Streams {
   std::mutex mu;
   std::map<cudaStream_t, int> live;                     // stream -> device
+  std::set<cudaStream_t> capturing;                     // recording a graph: no fences
   std::map<int, std::vector<cudaEvent_t>> idle_events;  // device -> pooled events
   std::map<cudaEvent_t, int> event_device;
 };
@@ -152,6 +154,9 @@ std::vector<void*> cuda_fence_all_streams() {
   events.reserve(st.live.size());
   try {
     for (auto [s, device] : st.live) {
+      // A recording stream runs nothing now (its earlier work finished before it
+      // began), and an event recorded there would join the graph.
+      if (st.capturing.count(s) != 0) continue;
       std::vector<cudaEvent_t>& idle = st.idle_events[device];
       cudaEvent_t e = nullptr;
       if (idle.empty()) {
@@ -183,6 +188,70 @@ void cuda_fence_recycle(void* event) noexcept {
   } catch (...) {  // no memory to pool it: destroy it instead
     cudaEventDestroy(e);
   }
+}
+
+// --- graphs -------------------------------------------------------------------
+
+void cuda_stream_begin_capture(void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  FANOUT_CUDA_CHECK(cudaStreamSynchronize(s));
+  Streams& st = streams();
+  std::lock_guard<std::mutex> lock(st.mu);  // no fence between the two
+  FANOUT_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  st.capturing.insert(s);
+}
+
+void* cuda_stream_end_capture(void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  cudaGraph_t graph = nullptr;
+  cudaError_t err;
+  {
+    Streams& st = streams();
+    std::lock_guard<std::mutex> lock(st.mu);
+    err = cudaStreamEndCapture(s, &graph);
+    st.capturing.erase(s);
+  }
+  if (err != cudaSuccess || graph == nullptr) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // a refused recording is reported here, not at the next launch
+    throw Error(std::string("CUDA refused the recorded graph: ") +
+                cudaGetErrorString(err != cudaSuccess ? err : cudaErrorStreamCaptureInvalidated));
+  }
+  cudaGraphExec_t exec = nullptr;
+  err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(std::string("CUDA could not instantiate the recorded graph: ") +
+                cudaGetErrorString(err));
+  }
+  return exec;
+}
+
+void cuda_stream_abort_capture(void* stream) noexcept {
+  auto s = static_cast<cudaStream_t>(stream);
+  Streams& st = streams();
+  std::lock_guard<std::mutex> lock(st.mu);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(s, &graph);
+    if (graph) cudaGraphDestroy(graph);
+  }
+  st.capturing.erase(s);
+  cudaGetLastError();
+}
+
+void cuda_graph_launch(void* graph, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  CudaDeviceGuard guard(s);
+  FANOUT_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), s));
+}
+
+void cuda_graph_destroy(void* graph) noexcept {
+  cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
 }
 
 // --- events -------------------------------------------------------------------
@@ -381,6 +450,17 @@ std::vector<void*> cuda_fence_all_streams() {
   no_cuda();
 }
 void cuda_fence_recycle(void*) noexcept {}
+void cuda_stream_begin_capture(void*) {
+  no_cuda();
+}
+void* cuda_stream_end_capture(void*) {
+  no_cuda();
+}
+void cuda_stream_abort_capture(void*) noexcept {}
+void cuda_graph_launch(void*, void*) {
+  no_cuda();
+}
+void cuda_graph_destroy(void*) noexcept {}
 void cuda_memcpy_async(void*, const void*, size_t, CudaCopy, void*) {
   no_cuda();
 }

@@ -55,6 +55,17 @@ void cuda_pool_release(void* ptr, int device) noexcept;
 std::vector<void*> cuda_fence_all_streams();
 void cuda_fence_recycle(void* event) noexcept;
 
+// Stream capture (Note [Stream graphs] in stream_graph.cpp), in the capturing
+// thread's mode (cudaStreamCaptureModeThreadLocal). begin waits for the stream's
+// queued work first: while it records, cuda_fence_all_streams passes it by. end
+// returns the instantiated graph (cudaGraphExec_t) or throws why CUDA refused it;
+// abort drops a recording. The graph runs on any stream of its device.
+void cuda_stream_begin_capture(void* stream);
+void* cuda_stream_end_capture(void* stream);
+void cuda_stream_abort_capture(void* stream) noexcept;
+void cuda_graph_launch(void* graph, void* stream);
+void cuda_graph_destroy(void* graph) noexcept;
+
 enum class CudaCopy { host_to_device, device_to_host, device_to_device };
 void cuda_memcpy_async(void* dst, const void* src, size_t bytes, CudaCopy kind, void* stream);
 void cuda_memcpy_peer_async(void* dst, int dst_device, const void* src, int src_device,

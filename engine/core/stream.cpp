@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <future>
 
+#include "engine/core/allocator.h"
 #include "engine/core/check.h"
 #include "engine/core/cpu_device.h"
 #include "engine/core/cuda_runtime.h"
@@ -25,6 +26,7 @@ Stream::Stream(Device device, std::string name) : device_(device), name_(std::mo
 }
 
 Stream::~Stream() {
+  abort_capture();
   if (worker_) {
     worker_.reset();  // drains the queue and joins
   } else if (cuda_stream_) {
@@ -58,20 +60,24 @@ void Stream::run(const std::function<void()>& fn, Kind kind) {
 
 void Stream::enqueue(std::function<void()> fn) {
   FANOUT_ASSERT(worker_, "enqueue on CUDA stream ", name_, ": launch kernels on cuda_handle()");
+  if (record(fn, Kind::compute)) return;
   worker_->post([this, fn = std::move(fn)] { run(fn, Kind::compute); });
 }
 
 void Stream::enqueue_blocking(std::function<void()> fn) {
   FANOUT_ASSERT(worker_, "enqueue_blocking on CUDA stream ", name_);
+  if (record(fn, Kind::blocking)) return;
   worker_->post([this, fn = std::move(fn)] { run(fn, Kind::blocking); });
 }
 
 void Stream::enqueue_marker(std::function<void()> fn) {
   FANOUT_ASSERT(worker_, "marker on CUDA stream ", name_);
+  if (record(fn, Kind::marker)) return;
   worker_->post([this, fn = std::move(fn)] { run(fn, Kind::marker); });
 }
 
 void Stream::synchronize() {
+  refuse_while_recording("waiting for the stream");
   if (worker_) {
     std::promise<void> done;
     std::future<void> f = done.get_future();
@@ -116,6 +122,7 @@ Event::~Event() {
 }
 
 void Event::record(Stream& stream) {
+  stream.refuse_while_recording("an event on the stream");
   if (stream.device().is_cpu()) {
     uint64_t id;
     {
@@ -139,6 +146,7 @@ void Event::record(Stream& stream) {
 }
 
 void Event::wait(Stream& stream) {
+  stream.refuse_while_recording("a wait for an event");
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(cpu_->mu);

@@ -15,12 +15,17 @@
 #include <tbb/task_arena.h>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "engine/core/device.h"
 
 namespace fanout {
 
 class Worker;
+class StreamGraph;
+namespace detail {
+struct GraphRecording;
+}
 
 class Stream {
  public:
@@ -47,9 +52,32 @@ class Stream {
   // stream.
   void enqueue_marker(std::function<void()> fn);
 
+  // Note [Stream graphs] (stream_graph.cpp): between begin_capture and
+  // end_capture, the work this thread queues here is recorded, not run (CUDA:
+  // stream capture; CPU: the closures are kept), and the graph end_capture
+  // returns replays it with one launch. While recording, synchronize(), events on
+  // this stream and device memory this thread allocates or frees fail the
+  // recording: those calls throw, or end_capture does, saying why. abort_capture
+  // drops a recording (after a failure, say); never throws.
+  void begin_capture();
+  std::unique_ptr<StreamGraph> end_capture();
+  void abort_capture() noexcept;
+  bool capturing() const;
+
  private:
+  friend class StreamGraph;
+  friend class Event;
   enum class Kind { compute, blocking, marker };
+  struct Task {
+    std::function<void()> fn;
+    Kind kind;
+  };
   void run(const std::function<void()>& fn, Kind kind);
+  // CPU: keeps fn when recording; returns false when the stream is not.
+  bool record(std::function<void()>& fn, Kind kind);
+  // Throws (and fails the recording) when this stream records: `what` cannot be.
+  void refuse_while_recording(const char* what);
+  void end_recording() noexcept;
 
   Device device_;
   std::string name_;
@@ -58,6 +86,34 @@ class Stream {
   void* cuda_stream_ = nullptr;             // CUDA
   std::mutex error_mu_;
   std::exception_ptr error_;
+  // The recording in progress (Note [Stream graphs]); CPU: its closures.
+  mutable std::mutex capture_mu_;
+  std::unique_ptr<detail::GraphRecording> recording_;
+  std::shared_ptr<std::vector<Task>> recorded_;
+};
+
+// A recorded stretch of one stream's work (Stream::end_capture). launch() queues
+// all of it again on `stream`, a stream of the same device: the same kernels on
+// the same buffers, with the arguments they had when recorded. The graph may be
+// destroyed at any time; a launch still queued finishes first.
+class StreamGraph {
+ public:
+  ~StreamGraph();
+  StreamGraph(const StreamGraph&) = delete;
+  StreamGraph& operator=(const StreamGraph&) = delete;
+
+  void launch(Stream& stream);
+  Device device() const { return device_; }
+  // CPU: the closures recorded (0 for CUDA graphs).
+  size_t size() const { return tasks_ ? tasks_->size() : 0; }
+
+ private:
+  friend class Stream;
+  explicit StreamGraph(Device device) : device_(device) {}
+  Device device_;
+  std::shared_ptr<const std::vector<Stream::Task>> tasks_;  // CPU
+  void* exec_ = nullptr;                                    // CUDA: cudaGraphExec_t
+  void* done_ = nullptr;                                    // CUDA: an event after the last launch
 };
 
 class Event {

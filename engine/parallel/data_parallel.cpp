@@ -90,6 +90,14 @@ DataParallel::DataParallel(const ReplicaFactory& factory, DataParallelOptions op
           [this, i](int64_t begin, int64_t end) { buckets_->on_ready(i, begin, end); });
     }
   }
+  if (options_.graphs) {  // Note [Step graphs]
+    FANOUT_CHECK(options_.loss_on == LossOn::replicas,
+                 "graphs record each replica's forward and backward together: they need the loss "
+                 "on the replicas");
+    FANOUT_CHECK(!options_.overlap && !unit_sharded,
+                 "graphs record each replica's forward and backward: they cannot hand gradients "
+                 "over during backward (overlap, zero2, zero3)");
+  }
   if (options_.loss_on == LossOn::output) {
     Device out = *options_.output_device;
     output_stream_ = std::make_unique<Stream>(out, out.str() + " output");

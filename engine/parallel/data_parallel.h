@@ -53,6 +53,10 @@ struct DataParallelOptions {
   // Test hook, called on each replica's thread as a phase starts ("forward",
   // "backward"); throwing from it simulates a failing device.
   std::function<void(int replica, const std::string& phase)> fault_hook;
+  // Note [Step graphs] (data_parallel_graphs.cpp): each replica's forward and
+  // backward recorded once per batch shape and replayed as one launch. Needs the
+  // loss on the replicas, dp or zero1, and no overlap.
+  bool graphs = false;
 };
 
 // A batch on the host: (B, T) token ids and targets, row-major.
@@ -184,6 +188,10 @@ class DataParallel {
   // Forward only: the loss sum and counted tokens of a batch.
   LossStats evaluate(const HostBatch& batch, int32_t ignore_index);
 
+  // Note [Step graphs]: the forward-backward launches that replayed a recorded
+  // graph, over every replica, since construction.
+  int64_t graph_launches() const;
+
   const PhaseTimes& last_times() const { return times_; }
   void reset_times();
   CommBytes comm_bytes() const;
@@ -198,6 +206,13 @@ class DataParallel {
                              int32_t ignore_index, double normalizer, bool last);
   LossStats step_faithful(const HostBatch& batch, const std::vector<int64_t>& rows,
                           int32_t ignore_index, double normalizer, bool last);
+  // Note [Step graphs]: queues replica r's forward and backward as a recorded
+  // graph and returns true, or returns false: the caller runs them (eagerly).
+  bool run_graphed(int r, const Tensor& inputs, const Tensor& targets, int32_t ignore_index,
+                   float normalizer);
+  // After an eager forward and backward: the next one like it may be recorded.
+  void note_eager_step(int r, const Tensor& inputs, const Tensor& targets, int32_t ignore_index,
+                       float normalizer);
   std::vector<Stream*> compute_streams();
   // fn(k, replica of shard k) for every shard of `sh`, each replica's on its own
   // thread; returns when their streams are done.

@@ -80,15 +80,24 @@ LossStats DataParallel::step_on_replicas(const HostBatch& batch, const std::vect
     if (options_.fault_hook) options_.fault_hook(r, "forward");
     Tensor inputs = slot.inputs.view(0, {rows[r], batch.T});
     Tensor targets = slot.targets.view(0, {rows[r], batch.T});
+    const float norm = static_cast<float>(normalizer);
+    if (run_graphed(r, inputs, targets, ignore_index, norm)) {  // Note [Step graphs]
+      std::vector<float> st = tensor_to_vector<float>(rep.compute_stream(), slot.stats);
+      slot.loss = {st[0], static_cast<int64_t>(st[1])};
+      slot.forward_s = 0;  // one launch: its time is counted as backward's
+      slot.backward_s = seconds_since(t1);
+      return;
+    }
     rep.forward_loss(inputs, targets, slot.stats, ignore_index);
     std::vector<float> st = tensor_to_vector<float>(rep.compute_stream(), slot.stats);
     slot.loss = {st[0], static_cast<int64_t>(st[1])};
     auto t2 = Clock::now();
     slot.forward_s = std::chrono::duration<double>(t2 - t1).count();
     if (options_.fault_hook) options_.fault_hook(r, "backward");
-    rep.backward_from_loss(static_cast<float>(normalizer));
+    rep.backward_from_loss(norm);
     rep.compute_stream().synchronize();
     slot.backward_s = seconds_since(t2);
+    note_eager_step(r, inputs, targets, ignore_index, norm);
   });
   LossStats total;
   double scatter = 0, forward = 0, backward = 0;
@@ -193,6 +202,7 @@ void DataParallel::recover() {
   if (output_stream_) drain(*output_stream_);
   if (store_) store_->reset();
   reduced_by_buckets_ = false;
+  for (auto& s : slots_) s->graph.reset(), s->eager_key = {};  // recorded afresh
   // Replicas are re-synchronised: from the primary, or (zero1, zero2) from each
   // shard's owner; zero3's shards are the weights, untouched by forward and backward.
   if (options_.strategy == Strategy::zero3) {

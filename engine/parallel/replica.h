@@ -92,6 +92,12 @@ class Replica {
   // a replica with a unit store must have one. Pass an empty function to disable.
   using GradReadyFn = std::function<void(int64_t begin, int64_t end)>;
   virtual void set_grad_ready_callback(GradReadyFn fn) = 0;
+
+  // Changes whenever a buffer that forward or backward uses may have moved, or
+  // what they queue may have changed (a setting): a recorded graph of them
+  // (Note [Step graphs] in engine/parallel/data_parallel_graphs.cpp) is replayed
+  // only at the version it was recorded at.
+  virtual uint64_t buffers_version() const = 0;
 };
 
 }  // namespace fanout::parallel

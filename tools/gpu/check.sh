@@ -660,39 +660,71 @@ step_bench() {
   fi
 }
 
-# Note [Fused projections]: one device in bf16, the five projection GEMMs against
-# q/k/v and gate/up fused; the figure says whether fusing pays on this card.
-step_projections() {
-  local p args speed speeds=() ok=1 time=0 why=""
-  if [ "$quick" = 1 ]; then
-    row 4 "projections: separate vs fused" skipped "left out by --quick" 0
-    return
-  fi
-  for p in separate fused; do
-    args=(bench --devices "$dev" --modes dp --precision bf16 --projections "$p" --wide)
-    if [ "$cpu" = 0 ]; then
-      args+=(--preset seed --batch-size 16 --seq-len 512)
-    else
-      args+=(--preset tiny --steps 2 --warmup 1)
-    fi
+# ab_row NAME WHAT BASE_ARGS -- FLAG A B: one device in bf16, `bench --modes dp`
+# with BASE_ARGS and FLAG A, then FLAG B; the row gives both speeds and B over A.
+# A run that prints `could not be recorded` (a step graph CUDA refused) fails it.
+ab_row() {
+  local name=$1 what=$2 base=() v args speed speeds=() ok=1 time=0 why=""
+  shift 2
+  while [ "$1" != -- ]; do base+=("$1"); shift; done
+  local flag=$2 a=$3 b=$4
+  for v in "$a" "$b"; do
+    args=(bench --devices "$dev" --modes dp --precision bf16 "$flag" "$v" --wide "${base[@]}")
     run "$work/log" 120 20 "$fanout" "${args[@]}"
     append bench.txt "fanout ${args[*]} (${secs}s, exit $rc)" "$work/log"
     time=$(awk -v a="$time" -v b="$secs" 'BEGIN { printf "%.1f", a + b }')
     speed=$(grep -oE 'bf16 best: dp, [0-9]+ tokens/s' "$work/log" | grep -oE '[0-9]+ tokens' | cut -d' ' -f1)
     if [ "$rc" -ne 0 ]; then
-      ok=0 why="$p: $(failure "$rc"); "
+      ok=0 why+="$v: $(failure "$rc"); "
     elif [ -z "$speed" ]; then
-      ok=0 why="$p: no tokens/s line; "
+      ok=0 why+="$v: no tokens/s line; "
+    elif grep -q 'could not be recorded' "$work/log"; then
+      ok=0 why+="$v: $(grep -m1 'could not be recorded' "$work/log" | cut -c1-300); "
     fi
     speeds+=("${speed:-none}")
   done
-  local figure="bf16, one $dev: separate ${speeds[0]} tokens/s, fused ${speeds[1]} tokens/s"
+  local figure="bf16, one $dev, $what: $a ${speeds[0]} tokens/s, $b ${speeds[1]} tokens/s"
   if [ "$ok" = 1 ]; then
     figure+=" ($(awk -v a="${speeds[1]}" -v b="${speeds[0]}" 'BEGIN { printf "%.3fx", a / b }'))"
-    row 4 "projections: separate vs fused" passed "$figure" "$time"
+    row 4 "$name" passed "$figure" "$time"
   else
-    row 4 "projections: separate vs fused" failed "$why$figure" "$time"
+    row 4 "$name" failed "$why$figure" "$time"
   fi
+}
+
+# The seed preset at 16 x 512 on a GPU, the tiny one briefly under --cpu.
+seed_args() {
+  if [ "$cpu" = 0 ]; then
+    echo --preset seed --batch-size 16 --seq-len 512
+  else
+    echo --preset tiny --steps 2 --warmup 1
+  fi
+}
+
+# Note [Fused projections]: the five projection GEMMs against q/k/v and gate/up
+# fused; the figure says whether fusing pays on this card.
+step_projections() {
+  if [ "$quick" = 1 ]; then
+    row 4 "projections: separate vs fused" skipped "left out by --quick" 0
+    return
+  fi
+  # shellcheck disable=SC2046
+  ab_row "projections: separate vs fused" "$(seed_args | cut -d' ' -f2)" $(seed_args) \
+    -- --projections separate fused
+}
+
+# Note [Step graphs]: each step replayed as one CUDA graph against launched op by
+# op, where launches weigh most (the tiny preset) and at the seed preset's size.
+step_graphs() {
+  if [ "$quick" = 1 ]; then
+    row 4 "graphs: off vs on" skipped "left out by --quick" 0
+    return
+  fi
+  ab_row "graphs: off vs on (tiny)" "tiny 16 x 128" --preset tiny --steps 20 --warmup 2 \
+    -- --graphs off on
+  # shellcheck disable=SC2046
+  ab_row "graphs: off vs on (seed)" "$(seed_args | cut -d' ' -f2)" $(seed_args) \
+    -- --graphs off on
 }
 
 # --- 5. compute-sanitizer -----------------------------------------------------------
@@ -737,6 +769,7 @@ step_suite
 step_e2e
 step_bench
 step_projections
+step_graphs
 step_sanitizer
 write_summary
 cat "$out/summary.md"

@@ -226,6 +226,10 @@ TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the e
   CHECK(r.rc != 0);
   CHECK(r.err_lines() == 1);
   CHECK(has(r.err, "--projections must be fused or separate, got 'both'"));
+  r = test::run_fanout(with(small_bench(), {"--graphs", "1"}), kTimeout);
+  CHECK(r.rc != 0);
+  CHECK(r.err_lines() == 1);
+  CHECK(has(r.err, "--graphs must be on or off, got '1'"));
 }
 
 TEST_CASE("bench refuses flags it would ignore and two results on one path") {
@@ -239,6 +243,9 @@ TEST_CASE("bench refuses flags it would ignore and two results on one path") {
   r = test::run_fanout({"bench", "--projections", "fused", "ops"}, kTimeout);
   CHECK(r.rc == 1);
   CHECK(has(r.err, "--projections does not apply to fanout bench ops"));
+  r = test::run_fanout({"bench", "--graphs", "on", "ops"}, kTimeout);
+  CHECK(r.rc == 1);
+  CHECK(has(r.err, "--graphs does not apply to fanout bench ops"));
   r = test::run_fanout(with(small_bench(), {"--json", dir / "x", "--trace", dir / "x"}), kTimeout);
   CHECK(r.rc == 1);
   CHECK(r.err_lines() == 1);

@@ -1,0 +1,80 @@
+#pragma once
+// Runs of the DataParallel engine over a list of steps, with step graphs on or
+// off (Note [Step graphs]), for tests that compare the two bit for bit.
+
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "apps/train/optimizer.h"
+#include "engine/parallel/data_parallel.h"
+#include "models/llama_layout.h"
+#include "models/llama_model.h"
+#include "tests/engine/parallel/parallel_test_util.h"
+
+namespace fanout::test {
+
+struct GraphRun {
+  std::vector<double> losses;  // per step that ran; NaN for one that failed
+  std::vector<float> final_params;
+  int64_t launches = 0;  // DataParallel::graph_launches()
+};
+
+// One AdamW step per entry of `steps` on the small test model; before step i,
+// between(i, dp) may evaluate or change something. A step that throws is recorded
+// as NaN and the run goes on (the engine recovers).
+inline GraphRun run_graph_steps(
+    parallel::DataParallelOptions options, const std::vector<const TestBatch*>& steps,
+    DType working = DType::f32,
+    const std::function<void(size_t, parallel::DataParallel&)>& between = nullptr) {
+  models::LlamaConfig config = small_test_config();
+  std::vector<Device> ids = options.device_ids;
+  auto factory = [&](Device d, int i) {
+    return std::make_unique<models::LlamaModel>(config, d,
+                                                parallel::replica_lane(ids, i, "compute"), working);
+  };
+  parallel::DataParallel dp(factory, options);
+  dp.params_from_host(models::LlamaModel::random_params(config, 7).data());
+  models::LlamaLayout layout(config);
+  ops::AdamWConfig adam;
+  adam.lr = 1e-2f, adam.weight_decay = 0.1f;
+  train::Optimizer opt(dp, train::decay_runs(layout), adam);
+  GraphRun out;
+  int64_t step = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (between) between(i, dp);
+    const TestBatch& b = *steps[i];
+    dp.zero_grad();
+    try {
+      parallel::LossStats st =
+          dp.forward_backward(b.host(), models::kIgnoreIndex, static_cast<double>(b.counted()));
+      dp.reduce_gradients();
+      out.losses.push_back(st.loss_sum / st.count);
+      opt.step(++step, adam.lr, 1.0);
+    } catch (const Error&) {
+      out.losses.push_back(std::nan(""));
+    }
+  }
+  out.final_params.assign(layout.total(), 0.0f);
+  dp.params_to_host(out.final_params.data());
+  out.launches = dp.graph_launches();
+  return out;
+}
+
+// The same losses and weights, bit for bit.
+inline void check_same_bits(const GraphRun& got, const GraphRun& ref) {
+  REQUIRE(got.losses.size() == ref.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::memcmp(&got.losses[i], &ref.losses[i], sizeof(double)) == 0);
+  }
+  REQUIRE(got.final_params.size() == ref.final_params.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < ref.final_params.size(); ++i)
+    differ += std::memcmp(&got.final_params[i], &ref.final_params[i], sizeof(float)) != 0;
+  CHECK(differ == 0);
+}
+
+}  // namespace fanout::test
