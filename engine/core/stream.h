@@ -58,7 +58,8 @@ class Stream {
   // returns replays it with one launch. While recording, synchronize(), events on
   // this stream and device memory this thread allocates or frees fail the
   // recording: those calls throw, or end_capture does, saying why. abort_capture
-  // drops a recording (after a failure, say); never throws.
+  // drops a recording (after a failure, say); never throws. One thread begins,
+  // ends or aborts a recording, and records one at a time.
   void begin_capture();
   std::unique_ptr<StreamGraph> end_capture();
   void abort_capture() noexcept;

@@ -84,7 +84,13 @@ void Stream::end_recording() noexcept {
   }
   if (!rec) return;
   detail::GraphRecording*& mine = detail::graph_recording_of_this_thread();
-  if (mine == rec.get()) mine = nullptr;
+  if (mine != rec.get()) {
+    // Ended on another thread than the one recording (a stream destroyed under
+    // it): that thread still points here, so this leaks rather than dangles.
+    rec.release();
+    return;
+  }
+  mine = nullptr;
   detail::graph_recording_release(*rec);
 }
 
@@ -94,6 +100,8 @@ std::unique_ptr<StreamGraph> Stream::end_capture() {
   {
     std::lock_guard<std::mutex> lock(capture_mu_);
     FANOUT_ASSERT(recording_ != nullptr, name_, ": end_capture without begin_capture");
+    FANOUT_ASSERT(recording_.get() == detail::graph_recording_of_this_thread(), name_,
+                  ": end_capture on another thread than begin_capture's");
     failure = recording_->failure;
     tasks = recorded_;
   }

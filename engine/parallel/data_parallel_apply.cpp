@@ -202,7 +202,10 @@ void DataParallel::recover() {
   if (output_stream_) drain(*output_stream_);
   if (store_) store_->reset();
   reduced_by_buckets_ = false;
-  for (auto& s : slots_) s->graph.reset(), s->eager_key = {};  // recorded afresh
+  for (auto& s : slots_) {  // recorded afresh (Note [Step graphs])
+    s->graph.reset();
+    s->eager_key = {};
+  }
   // Replicas are re-synchronised: from the primary, or (zero1, zero2) from each
   // shard's owner; zero3's shards are the weights, untouched by forward and backward.
   if (options_.strategy == Strategy::zero3) {

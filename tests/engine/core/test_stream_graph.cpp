@@ -198,3 +198,13 @@ TEST_CASE("a stream destroyed while recording drops the recording") {
   CHECK(allocator_for(dev).stats().total.live == before - 256);
   Tensor again = Tensor::empty({64}, DType::f32, dev);  // this thread records nothing
 }
+
+TEST_CASE("a recording ends on the thread that began it") {
+  Stream s(cpu_device(0), "cpu:0 compute");
+  s.begin_capture();
+  std::thread t([&] { CHECK_THROWS_AS(s.end_capture(), InternalError); });
+  t.join();
+  CHECK(s.capturing());
+  s.abort_capture();
+  CHECK_FALSE(s.capturing());
+}
