@@ -137,19 +137,22 @@ namespace {
 
 }  // namespace
 
-// Note [Device capacity]: the capacity check and the reservation of the bytes on
-// the live counters happen under the accounting lock before any memory is taken,
-// so threads allocating on one device at once can never take it past the capacity
-// together; a refused or failed allocation gives its reservation back and counts
-// nowhere (not in peak, tag or num_allocs). The lock also keeps the total equal to
-// the sum of the kinds at every moment, so the total's peak is never above the sum
-// of the kinds' peaks (a free on one thread and an allocation of the same size on
-// another could otherwise be counted at once in the total, never in their kind).
+// Note [Stream graphs]: a recording thread's memory (allocator.h).
 namespace detail {
 
 GraphRecording*& graph_recording_of_this_thread() {
   thread_local GraphRecording* recording = nullptr;
   return recording;
+}
+
+void GraphRecording::fail(std::string why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failure_.empty()) failure_ = std::move(why);
+}
+
+std::string GraphRecording::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
 }
 
 void graph_recording_release(GraphRecording& r) noexcept {
@@ -160,12 +163,20 @@ void graph_recording_release(GraphRecording& r) noexcept {
 
 }  // namespace detail
 
+// Note [Device capacity]: the capacity check and the reservation of the bytes on
+// the live counters happen under the accounting lock before any memory is taken,
+// so threads allocating on one device at once can never take it past the capacity
+// together; a refused or failed allocation gives its reservation back and counts
+// nowhere (not in peak, tag or num_allocs). The lock also keeps the total equal to
+// the sum of the kinds at every moment, so the total's peak is never above the sum
+// of the kinds' peaks (a free on one thread and an allocation of the same size on
+// another could otherwise be counted at once in the total, never in their kind).
 void* Allocator::allocate(size_t bytes, MemTag tag) {
   if (detail::GraphRecording* r = detail::graph_recording_of_this_thread();
       r != nullptr && r->device == device_) {
     std::string why = detail::str_cat("it allocates ", bytes_str(bytes), " of ", mem_tag_name(tag),
                                       " on ", name_);
-    if (r->failure.empty()) r->failure = why;
+    r->fail(why);
     detail::throw_error(detail::str_cat(r->stream, ": a recorded graph cannot keep memory that ",
                                         "the host allocates while recording (", why, ")"));
   }
@@ -215,15 +226,19 @@ void Allocator::deallocate(void* ptr, size_t bytes, MemTag tag) noexcept {
   if (ptr == nullptr) return;
   if (detail::GraphRecording* r = detail::graph_recording_of_this_thread();
       r != nullptr && r->device == device_) {
+    bool held = false;
     try {  // held until the recording ends (its work may still be replayed)
       r->held.push_back({this, ptr, bytes, tag});
-      if (r->failure.empty())
-        r->failure = detail::str_cat("it frees ", bytes_str(bytes), " of ", mem_tag_name(tag),
-                                     " on ", name_, " that recorded work may use");
-      return;
-    } catch (...) {  // no memory to hold it: free it now, and fail the recording
-      if (r->failure.empty()) r->failure = "it frees memory that recorded work may use";
+      held = true;
+      r->fail(detail::str_cat("it frees ", bytes_str(bytes), " of ", mem_tag_name(tag), " on ",
+                              name_, " that recorded work may use"));
+    } catch (...) {  // no memory to hold it (freed now) or to say why
+      try {
+        r->fail("it frees memory that recorded work may use");
+      } catch (...) {
+      }
     }
+    if (held) return;
   }
   raw_deallocate(ptr, bytes);
   std::lock_guard<std::mutex> lock(mu_);

@@ -47,15 +47,22 @@ namespace detail {
 // the recording ends and releases them. Other threads and devices are unaffected.
 struct GraphRecording {
   Device device;
-  std::string stream;   // the recording stream's name, for the message
-  std::string failure;  // the first refused use of memory; empty if none
+  std::string stream;  // the recording stream's name, for the message
+  // The first reason the recording failed (a refused use of memory, a wait, an
+  // event), from any thread; empty if none.
+  void fail(std::string why);
+  std::string failure() const;
   struct Held {
     Allocator* allocator;
     void* ptr;
     size_t bytes;
     MemTag tag;
   };
-  std::vector<Held> held;
+  std::vector<Held> held;  // the recording thread's only
+
+ private:
+  mutable std::mutex mu_;
+  std::string failure_;
 };
 // This thread's recording (null when it records none); set by Stream.
 GraphRecording*& graph_recording_of_this_thread();

@@ -69,7 +69,7 @@ void Stream::refuse_while_recording(const char* what) {
   std::lock_guard<std::mutex> lock(capture_mu_);
   if (!recording_) return;
   const std::string why = std::string("it needs ") + what + ", which a recording cannot hold";
-  if (recording_->failure.empty()) recording_->failure = why;
+  recording_->fail(why);
   detail::throw_error(detail::str_cat(name_, ": a graph is being recorded here, and ", why));
 }
 
@@ -102,7 +102,7 @@ std::unique_ptr<StreamGraph> Stream::end_capture() {
     FANOUT_ASSERT(recording_ != nullptr, name_, ": end_capture without begin_capture");
     FANOUT_ASSERT(recording_.get() == detail::graph_recording_of_this_thread(), name_,
                   ": end_capture on another thread than begin_capture's");
-    failure = recording_->failure;
+    failure = recording_->failure();
     tasks = recorded_;
   }
   std::unique_ptr<StreamGraph> graph(new StreamGraph(device_));
