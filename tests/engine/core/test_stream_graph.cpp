@@ -14,21 +14,10 @@
 #include "engine/core/check.h"
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
+#include "tests/engine/core/stream_graph_test_util.h"
 
 using namespace fanout;
-
-namespace {
-
-std::string end_failure(Stream& s) {
-  try {
-    s.end_capture();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using fanout::test::end_failure;
 
 TEST_CASE("a recording runs nothing; each launch replays it in order") {
   Stream s(cpu_device(0), "cpu:0 compute");

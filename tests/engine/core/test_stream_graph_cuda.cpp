@@ -14,21 +14,10 @@
 #include "engine/core/flat.h"
 #include "engine/core/stream.h"
 #include "engine/core/tensor.h"
+#include "tests/engine/core/stream_graph_test_util.h"
 
 using namespace fanout;
-
-namespace {
-
-std::string end_failure(Stream& s) {
-  try {
-    s.end_capture();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using fanout::test::end_failure;
 
 TEST_CASE("a CUDA graph replays flat ops with the buffers' values at each launch") {
   const Device dev = cuda_device(0);

@@ -11,42 +11,10 @@
 
 using namespace fanout;
 using namespace fanout::test;
-using parallel::DataParallelOptions;
 using parallel::Strategy;
 
-namespace {
-
-DataParallelOptions graph_options(const char* devices, Strategy strategy, bool graphs) {
-  DataParallelOptions o;
-  o.device_ids = devices_parse(devices);
-  o.strategy = strategy;
-  o.loss_on = parallel::LossOn::replicas;
-  o.graphs = graphs;
-  return o;
-}
-
-}  // namespace
-
 TEST_CASE("graphs replay each replica's step bit for bit, dp and zero1, fp32 and bf16") {
-  const TestBatch batch = make_batch(5, 8, 61, 31, {1, 0, 4, 2, 0});
-  const std::vector<const TestBatch*> steps(4, &batch);
-  for (const char* devices : {"cpu:0", "cpu:0,cpu:1"}) {
-    for (Strategy st : {Strategy::dp, Strategy::zero1}) {
-      for (DType working : {DType::f32, DType::bf16}) {
-        CAPTURE(devices);
-        CAPTURE(parallel::strategy_name(st));
-        CAPTURE(dtype_name(working));
-        const GraphRun eager = run_graph_steps(graph_options(devices, st, false), steps, working);
-        const GraphRun graphed = run_graph_steps(graph_options(devices, st, true), steps, working);
-        CHECK(eager.launches == 0);
-        // Step 1 eager, step 2 recorded and launched, steps 3 and 4 launched.
-        const int replicas = devices[5] == ',' ? 2 : 1;
-        CHECK(graphed.launches == 3 * replicas);
-        check_same_bits(graphed, eager);
-        CHECK(graphed.losses[3] < graphed.losses[0]);  // it trains
-      }
-    }
-  }
+  check_replays_bit_for_bit({"cpu:0", "cpu:0,cpu:1"});
 }
 
 TEST_CASE("a step of another shape runs eagerly and leaves the graph in place") {
@@ -100,7 +68,7 @@ TEST_CASE("a replica failing at a graphed step recovers, and the run matches the
   const TestBatch a = make_batch(4, 8, 61, 70, {0, 2, 1, 0});
   const std::vector<const TestBatch*> steps(6, &a);
   auto run = [&](bool graphs) {
-    DataParallelOptions o = graph_options("cpu:0,cpu:1", Strategy::dp, graphs);
+    parallel::DataParallelOptions o = graph_options("cpu:0,cpu:1", Strategy::dp, graphs);
     auto calls = std::make_shared<int>(0);
     o.fault_hook = [calls](int replica, const std::string& phase) {
       // Replica 1's fourth backward: a launch of its graph.
@@ -133,7 +101,7 @@ TEST_CASE("graphs refuse the modes that need the host inside backward") {
            Refused{Strategy::zero3, parallel::LossOn::replicas, false, "zero3"},
        }) {
     CAPTURE(r.says);
-    DataParallelOptions o = graph_options("cpu:0,cpu:1", r.strategy, true);
+    parallel::DataParallelOptions o = graph_options("cpu:0,cpu:1", r.strategy, true);
     o.loss_on = r.loss_on;
     o.overlap = r.overlap;
     CHECK_THROWS_WITH_AS(run_graph_steps(o, {&batch}), doctest::Contains(r.says), Error);

@@ -11,40 +11,10 @@
 
 using namespace fanout;
 using namespace fanout::test;
-using parallel::DataParallelOptions;
 using parallel::Strategy;
 
-namespace {
-
-DataParallelOptions graph_options(const char* devices, Strategy strategy, bool graphs) {
-  DataParallelOptions o;
-  o.device_ids = devices_parse(devices);
-  o.strategy = strategy;
-  o.loss_on = parallel::LossOn::replicas;
-  o.graphs = graphs;
-  return o;
-}
-
-}  // namespace
-
 TEST_CASE("CUDA graphs replay each replica's step bit for bit, dp and zero1, fp32 and bf16") {
-  const TestBatch batch = make_batch(5, 8, 61, 31, {1, 0, 4, 2, 0});
-  const std::vector<const TestBatch*> steps(4, &batch);
-  for (const char* devices : {"cuda:0", "cuda:0,cuda:0"}) {
-    for (Strategy st : {Strategy::dp, Strategy::zero1}) {
-      for (DType working : {DType::f32, DType::bf16}) {
-        CAPTURE(devices);
-        CAPTURE(parallel::strategy_name(st));
-        CAPTURE(dtype_name(working));
-        const GraphRun eager = run_graph_steps(graph_options(devices, st, false), steps, working);
-        const GraphRun graphed = run_graph_steps(graph_options(devices, st, true), steps, working);
-        const int replicas = devices[6] == ',' ? 2 : 1;
-        CHECK(graphed.launches == 3 * replicas);  // recorded: see stderr if not
-        check_same_bits(graphed, eager);
-        CHECK(graphed.losses[3] < graphed.losses[0]);
-      }
-    }
-  }
+  check_replays_bit_for_bit({"cuda:0", "cuda:0,cuda:0"});
 }
 
 TEST_CASE("CUDA graphs follow changes of shape and of the activations' buffers") {
