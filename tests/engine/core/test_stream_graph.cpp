@@ -19,7 +19,7 @@
 using namespace fanout;
 using fanout::test::end_failure;
 
-TEST_CASE("a recording runs nothing; each launch replays it in order") {
+TEST_CASE("a recording runs nothing, and each launch replays it in order") {
   Stream s(cpu_device(0), "cpu:0 compute");
   std::vector<int> seen;
   int counter = 0;
