@@ -99,12 +99,6 @@ CudaDeviceGuard::~CudaDeviceGuard() {
     cudaSetDevice(previous_);  // on a device the process already uses: cannot fail
 }
 
-int cuda_stream_device(cudaStream_t stream) {
-  int device = -1;
-  FANOUT_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
-  return device;
-}
-
 void cuda_set_device(int index) {
   FANOUT_CUDA_CHECK(cudaSetDevice(index));
   note_in_use(index);
@@ -126,6 +120,19 @@ Streams& streams() {
   return *s;
 }
 }  // namespace
+
+// Our streams' devices come from the registry: cudaStreamGetDevice is refused
+// while the stream records a graph (cudaErrorStreamCaptureUnsupported).
+int cuda_stream_device(cudaStream_t stream) {
+  {
+    std::lock_guard<std::mutex> lock(streams().mu);
+    auto it = streams().live.find(stream);
+    if (it != streams().live.end()) return it->second;
+  }
+  int device = -1;
+  FANOUT_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
+  return device;
+}
 
 void* cuda_stream_create(int device) {
   CudaDeviceGuard guard(device);

@@ -39,8 +39,9 @@ TEST_CASE("a CUDA graph replays flat ops with the buffers' values at each launch
   CHECK(tensor_to_vector<float>(s, x) == std::vector<float>{2, 2, 2, 2});
   // Destroyed right after a launch: the launch finishes first.
   g->launch(s);
-  g.reset();
-  CHECK(tensor_to_vector<float>(s, y) == std::vector<float>{5, 8, 11, 14});
+  g.reset();  // y += 2, x = 4
+  CHECK(tensor_to_vector<float>(s, y) == std::vector<float>{6, 9, 12, 15});
+  CHECK(tensor_to_vector<float>(s, x) == std::vector<float>{4, 4, 4, 4});
 }
 
 TEST_CASE("a CUDA recording that waits, or allocates, fails and leaves the stream working") {
