@@ -14,6 +14,7 @@
 #include "apps/presentation/text_table.h"
 #include "apps/presentation/trace_timeline.h"
 #include "apps/train/memory_check.h"
+#include "apps/train/train_options.h"
 #include "apps/train/train_pipeline.h"
 #include "apps/train/training.h"
 #include "engine/core/check.h"
@@ -203,7 +204,6 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
   options.grad_comm = setup.grad_comm;
   options.recompute = setup.recompute;
   options.offload_optimizer = setup.offload;
-  options.graphs = setup.graphs;
   FANOUT_CHECK(!setup.offload || !(grid || mode.processes),
                "--offload optimizer works with dp, overlap, zero1, zero2 and zero3");
   if (grid) {  // K stages, the cut balanced by parameters, each on T devices
@@ -217,6 +217,13 @@ presentation::BenchResult bench_mode(const BenchSetup& setup, const parallel::Mo
                                                          setup.seq_len, setup.working),
                               static_cast<int>(K));
   }
+  // As train resolves --graphs auto, for this row's shape.
+  options.graphs =
+      setup.graphs == "on" ||
+      (setup.graphs == "auto" && train::all_cuda(setup.devices) &&
+       train::graphs_fit(options.stages, options.tensor, parallel::loss_on_name(options.loss_on),
+                         options.overlap,
+                         mode.processes ? "ddp" : parallel::strategy_name(mode.strategy)));
   const std::vector<Device>& ids = setup.devices;
   // Each device once, in --devices order: peaks[0] is the primary's.
   std::vector<Device> distinct;

@@ -51,8 +51,9 @@ struct BenchSetup {
   // train's --recompute and --offload optimizer (dp, overlap, zero1-3 rows; the
   // others fail with the reason), for every row.
   bool recompute = false, offload = false;
-  // train's --graphs on (dp and zero1 rows; the others fail with the reason).
-  bool graphs = false;
+  // train's --graphs: on (dp and zero1 rows; the others fail with the reason), off,
+  // or auto (on for the rows that can record, where every device is a CUDA device).
+  std::string graphs = "off";
 };
 
 // Peaks are measured from the first timed step (every device's peaks reset

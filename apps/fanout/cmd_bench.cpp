@@ -56,9 +56,9 @@ struct BenchArgs {
   double bucket_mb = 25.0;
   // fp32, bf16 or both (every mode in each); the dtype gradient sums travel in.
   std::string precision = "both", grad_comm = "fp32";
-  std::string attention = "auto";  // the attention kernel on CUDA devices (train's --attention)
-  std::string projections = "separate";  // train's --projections
-  std::string graphs = "off";            // train's --graphs
+  std::string attention = "auto";    // the attention kernel on CUDA devices (train's --attention)
+  std::string projections = "auto";  // train's --projections
+  std::string graphs = "auto";       // train's --graphs
   // ops
   std::string op_device = "cpu:0", op_dtype = "both";
   int repeats = 5;
@@ -96,10 +96,11 @@ std::string exact_str(double v) {
   return buf;
 }
 
-// --graphs on or off.
-bool graphs_flag(const std::string& graphs) {
-  FANOUT_CHECK(graphs == "on" || graphs == "off", "--graphs must be on or off, got '", graphs, "'");
-  return graphs == "on";
+// --graphs auto, on or off, refused otherwise.
+std::string graphs_flag(const std::string& graphs) {
+  FANOUT_CHECK(graphs == "auto" || graphs == "on" || graphs == "off",
+               "--graphs must be auto, on or off, got '", graphs, "'");
+  return graphs;
 }
 
 // What every rank of the ddp row gets besides its device and --json.
@@ -151,7 +152,7 @@ int run_bench_worker(const BenchArgs& a) {
   setup.recompute = a.recompute, setup.offload = a.offload == "optimizer";
   setup.graphs = graphs_flag(a.graphs);
   train::attention_apply(a.attention, setup.working, setup.devices);
-  train::projections_apply(a.projections);
+  train::projections_apply(a.projections, setup.devices);
   // As `train --strategy ddp` connects under fanout launch, with its default timeout;
   // silently: the launcher line would land inside the bench's table.
   train::DdpGroup group = train::ddp_connect(setup.ddp, d, train::TrainOptions{}.timeout, false);
@@ -217,7 +218,7 @@ bench::BenchSetup setup_of(BenchArgs& a, std::vector<parallel::Mode>& modes) {
   // "both" includes fp32, where cuDNN's attention has no path: cudnn needs bf16 alone.
   train::attention_apply(a.attention, a.precision == "bf16" ? DType::bf16 : DType::f32,
                          setup.devices);
-  train::projections_apply(a.projections);
+  train::projections_apply(a.projections, setup.devices);
   setup.graphs = graphs_flag(a.graphs);
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
   setup.batch_size = a.batch_size, setup.seq_len = a.seq_len;
@@ -449,12 +450,14 @@ Command add_bench_command(CLI::App& app) {
                   "The attention kernel on CUDA devices: auto, exact or cudnn (bf16 only)")
         ->capture_default_str();
     c->add_option("--projections", a->projections,
-                  "separate or fused (q/k/v as one GEMM, gate/up as one), as train's")
+                  "auto, separate or fused (q/k/v as one GEMM, gate/up as one), as train's "
+                  "(auto: fused on CUDA devices)")
         ->capture_default_str();
     c->add_option("--graphs", a->graphs,
-                  "off or on: every row as fanout train --graphs on (each device's forward and "
-                  "backward recorded once and replayed; rows it does not work with fail with the "
-                  "reason)")
+                  "auto, on or off, as train's: on runs every row as fanout train --graphs on "
+                  "(each device's forward and backward recorded once and replayed; rows it does "
+                  "not work with fail with the reason); auto, the rows that can record, on CUDA "
+                  "devices")
         ->capture_default_str();
     c->add_flag("--recompute", a->recompute,
                 "Every row as fanout train --recompute (each layer's forward again in backward)");

@@ -187,12 +187,13 @@ void add_optimisation_flags(TrainFlags& f, train::TrainOptions& o) {
          "The attention kernel on CUDA devices: auto (cuDNN's fused attention in bf16 where it "
          "loads, else the exact kernel), exact, or cudnn (bf16 only)");
   f.text("projections", o.projections,
-         "separate (the default) or fused: q/k/v as one GEMM and gate/up as one; the same "
-         "values, for comparing speeds");
+         "auto (the default: fused on CUDA devices, separate on CPU devices), separate or "
+         "fused: q/k/v as one GEMM and gate/up as one; the same values, for comparing speeds");
   f.text("graphs", o.graphs,
-         "off (the default) or on: record each device's forward and backward once and replay "
-         "them (CUDA graphs on CUDA devices); the same values, fewer launches. Needs --loss-on "
-         "replicas and dp, ddp or zero1 without --overlap");
+         "auto (the default: on for CUDA devices where the run allows it), on or off: record "
+         "each device's forward and backward once and replay them (CUDA graphs on CUDA "
+         "devices); the same values, fewer launches. On needs --loss-on replicas and dp, ddp "
+         "or zero1 without --overlap");
   f.text("grad-comm", o.grad_comm,
          "fp32 or bf16: the dtype gradients are summed across devices in (bf16 halves the bytes)");
   f.number("seed", o.seed, uint64_t{0}, std::numeric_limits<uint64_t>::max(),

@@ -1,5 +1,6 @@
 #include "apps/train/train_options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -220,16 +221,29 @@ void attention_apply(const std::string& attention, DType working,
   ops::attention_set_impl(impl);
 }
 
-void projections_apply(const std::string& projections) {
-  FANOUT_CHECK(projections == "fused" || projections == "separate",
-               "--projections must be fused or separate, got '", projections, "'");
-  models::set_fused_projections_default(projections == "fused");
+bool all_cuda(const std::vector<Device>& devices) {
+  return !devices.empty() &&
+         std::all_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cuda(); });
+}
+
+std::string projections_apply(const std::string& projections, const std::vector<Device>& devices) {
+  FANOUT_CHECK(projections == "auto" || projections == "fused" || projections == "separate",
+               "--projections must be auto, fused or separate, got '", projections, "'");
+  const bool fused = projections == "fused" || (projections == "auto" && all_cuda(devices));
+  models::set_fused_projections_default(fused);
+  return fused ? "fused" : "separate";
+}
+
+bool graphs_fit(int64_t pp, int64_t tp, const std::string& loss_on, bool overlap,
+                const std::string& strategy) {
+  return pp == 1 && tp == 1 && loss_on == "replicas" && !overlap &&
+         (strategy == "dp" || strategy == "ddp" || strategy == "zero1");
 }
 
 bool graphs_parse(const TrainOptions& o, const std::string& strategy, const std::string& loss_on) {
-  FANOUT_CHECK(o.graphs == "on" || o.graphs == "off", "--graphs must be on or off, got '", o.graphs,
-               "'");
-  if (o.graphs == "off") return false;
+  FANOUT_CHECK(o.graphs == "auto" || o.graphs == "on" || o.graphs == "off",
+               "--graphs must be auto, on or off, got '", o.graphs, "'");
+  if (o.graphs != "on") return false;
   FANOUT_CHECK(o.pp == 1 && o.tp == 1, "--graphs on records each replica's forward and backward; ",
                "a --", o.pp > 1 ? "pp" : "tp", " grid passes activations between devices in them");
   FANOUT_CHECK(loss_on == "replicas", "--graphs on needs --loss-on replicas: with --loss-on ",
@@ -240,6 +254,13 @@ bool graphs_parse(const TrainOptions& o, const std::string& strategy, const std:
                "dp, ddp or zero1: ", strategy,
                " hands each layer's gradients over during backward");
   return true;
+}
+
+std::string graphs_resolve(const TrainOptions& o, const std::vector<Device>& devices) {
+  graphs_parse(o, o.strategy, o.loss_on);
+  if (o.graphs != "auto") return o.graphs;
+  return all_cuda(devices) && graphs_fit(o.pp, o.tp, o.loss_on, o.overlap, o.strategy) ? "on"
+                                                                                       : "off";
 }
 
 int64_t preset_seq_len(const std::string& preset) {

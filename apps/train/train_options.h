@@ -71,12 +71,16 @@ struct TrainOptions {
   // loads, else the exact kernel), exact or cudnn. Run-local, like devices.
   std::string attention = "auto";
   // separate, or fused (q/k/v as one GEMM, gate/up as one): the same values up to
-  // the order of fp32 sums (Note [Fused projections]). Run-local, like attention.
-  std::string projections = "separate";
+  // the order of fp32 sums (Note [Fused projections]); auto: fused where every
+  // device is a CUDA device, separate on CPU devices (projections_apply). Run-local,
+  // like attention.
+  std::string projections = "auto";
   // on: each replica's forward and backward recorded once and replayed (CUDA
   // graphs on CUDA devices; Note [Step graphs] in
-  // engine/parallel/data_parallel_graphs.cpp), or off. Run-local: the same values.
-  std::string graphs = "off";
+  // engine/parallel/data_parallel_graphs.cpp), or off; auto: on where every device
+  // is a CUDA device and the run can record (graphs_resolve). Run-local: the same
+  // values.
+  std::string graphs = "auto";
   uint64_t seed = 1234;
   // run
   std::string out, resume, trace;
@@ -121,14 +125,31 @@ DType precision_dtype(const std::string& precision, const char* flag = "--precis
 void attention_apply(const std::string& attention, DType working,
                      const std::vector<Device>& devices);
 
-// Applies `--projections` (fused or separate) to the models this process makes,
-// refusing any other value.
-void projections_apply(const std::string& projections);
+// Whether every one of `devices` is a CUDA device (and there is one): where the
+// auto defaults of --projections and --graphs turn on what measured faster.
+bool all_cuda(const std::vector<Device>& devices);
 
-// Whether `--graphs` (on or off) is on, refusing any other value, and a run
-// that cannot record its step: a --pp or --tp grid, --loss-on output,
-// --overlap, zero2 or zero3 (`strategy` and `loss_on` as given).
+// Applies `--projections` (auto, fused or separate) to the models this process
+// makes on `devices`, refusing any other value; returns what auto chose: fused
+// where all_cuda (one GEMM for q/k/v and one for gate/up paid on an H200), else
+// separate (on CPU devices fusing saves calls but not time).
+std::string projections_apply(const std::string& projections, const std::vector<Device>& devices);
+
+// Whether step graphs can record a run of this shape: one stage and one tensor
+// rank, the loss on the replicas, no overlap, and dp, ddp or zero1 (the others
+// need the host inside backward).
+bool graphs_fit(int64_t pp, int64_t tp, const std::string& loss_on, bool overlap,
+                const std::string& strategy);
+
+// Whether `--graphs` is on, refusing a value other than auto, on or off, and "on"
+// for a run that cannot record its step (`strategy` and `loss_on` as given); auto
+// reads as off here until graphs_resolve turns it into on or off.
 bool graphs_parse(const TrainOptions& o, const std::string& strategy, const std::string& loss_on);
+
+// `--graphs auto` as on or off for a run on `devices`: on where all_cuda and
+// graphs_fit (they paid on an H200: 1.5x on the tiny preset, 3 % at 16 x 512 on
+// the seed preset), else off. On and off stay as given.
+std::string graphs_resolve(const TrainOptions& o, const std::vector<Device>& devices);
 
 // The preset's default sequence length (tiny 128, small 256, seed 512).
 int64_t preset_seq_len(const std::string& preset);

@@ -432,7 +432,8 @@ void prepare_devices(TrainOptions& o, Setup& s) {
   }
   devices_check_available(s.devices);
   attention_apply(o.attention, precision_dtype(o.precision), s.devices);
-  projections_apply(o.projections);
+  o.projections = projections_apply(o.projections, s.devices);
+  o.graphs = graphs_resolve(o, s.devices);  // strategy, loss and overlap are settled
   precision_dtype(o.grad_comm, "--grad-comm");
   if (!o.output_device.empty()) {
     s.output_device = device_parse(o.output_device);

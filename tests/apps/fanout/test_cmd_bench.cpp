@@ -225,11 +225,11 @@ TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the e
   r = test::run_fanout(with(small_bench(), {"--projections", "both"}), kTimeout);
   CHECK(r.rc != 0);
   CHECK(r.err_lines() == 1);
-  CHECK(has(r.err, "--projections must be fused or separate, got 'both'"));
+  CHECK(has(r.err, "--projections must be auto, fused or separate, got 'both'"));
   r = test::run_fanout(with(small_bench(), {"--graphs", "1"}), kTimeout);
   CHECK(r.rc != 0);
   CHECK(r.err_lines() == 1);
-  CHECK(has(r.err, "--graphs must be on or off, got '1'"));
+  CHECK(has(r.err, "--graphs must be auto, on or off, got '1'"));
 }
 
 TEST_CASE("bench refuses flags it would ignore and two results on one path") {

@@ -114,3 +114,35 @@ TEST_CASE("bench --graphs on runs the rows that record and fails the others with
     }
   }
 }
+
+TEST_CASE("train --graphs on with accumulated micro-batches trains bit for bit as without") {
+  TinyRun run;
+  const std::string off = run.dir / "off", on = run.dir / "on";
+  const std::vector<std::string> flags = {"--devices", "cpu:0,cpu:1", "--grad-accum", "2"};
+  train_ok(concat(run.train_args(off, 3), concat(flags, {"--graphs", "off"})));
+  CliResult r = run_fanout(concat(run.train_args(on, 3), concat(flags, {"--graphs", "on"})));
+  INFO("stderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(r.err.empty());
+  CHECK(final_bytes(on) == final_bytes(off));
+  CHECK(metrics_losses(on + "/metrics.jsonl") == metrics_losses(off + "/metrics.jsonl"));
+}
+
+TEST_CASE("the auto defaults turn neither graphs nor fused projections on for CPU devices") {
+  TinyRun run;
+  const std::string plain = run.dir / "plain", given = run.dir / "given";
+  CliResult r = run_fanout(concat(run.train_args(plain, 2), {"--devices", "cpu:0,cpu:1"}));
+  REQUIRE(r.rc == 0);
+  CHECK(lines_with(r.out, "| dp, loss on replicas | fp32 | batch").size() == 1);
+  r = run_fanout(concat(run.train_args(given, 2),
+                        {"--devices", "cpu:0,cpu:1", "--graphs", "auto", "--projections", "auto"}));
+  REQUIRE(r.rc == 0);
+  CHECK(lines_with(r.out, "| dp, loss on replicas | fp32 | batch").size() == 1);
+  CHECK(final_bytes(given) == final_bytes(plain));
+  // Auto refuses nothing: zero2 and the output loss run, without graphs.
+  r = run_fanout(concat(run.train_args(run.dir / "zero2", 2),
+                        {"--devices", "cpu:0,cpu:1", "--strategy", "zero2", "--loss-on", "output",
+                         "--graphs", "auto"}));
+  INFO("stderr: " << r.err);
+  CHECK(r.rc == 0);
+}
