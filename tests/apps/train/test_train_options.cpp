@@ -4,7 +4,6 @@
 
 #include <doctest/doctest.h>
 
-#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,9 +11,11 @@
 #include "apps/train/train_options.h"
 #include "engine/core/check.h"
 #include "models/llama_model.h"
+#include "tests/apps/fanout/cli_runner.h"
 
 using namespace fanout;
 using namespace fanout::train;
+using fanout::test::error_of;
 
 namespace {
 
@@ -27,15 +28,6 @@ struct ProjectionsDefault {
   bool was = models::fused_projections_default();
   ~ProjectionsDefault() { models::set_fused_projections_default(was); }
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 }  // namespace
 
