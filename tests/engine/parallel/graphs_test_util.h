@@ -124,7 +124,7 @@ inline void check_same(const GraphRun& got, const GraphRun& ref, double tol) {
 // with graphs (step 1 eager, step 2 recorded and launched, steps 3 and 4
 // launched, on every replica) are the eager run (bit for bit when tol is 0),
 // and train.
-inline void check_replays_bit_for_bit(const std::vector<const char*>& device_lists,
+inline void check_replays_match_eager(const std::vector<const char*>& device_lists,
                                       double tol = 0) {
   const TestBatch batch = make_batch(5, 8, 61, 31, {1, 0, 4, 2, 0});
   const std::vector<const TestBatch*> steps(4, &batch);
