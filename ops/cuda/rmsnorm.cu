@@ -1,21 +1,24 @@
 // CUDA RMSNorm over an f32 or bf16 weight and forward output (fp32 math, one
-// rounding per store): one block per row for forward and for backward's dinp
-// (double sums through block_sum); backward's dweight, a sum over rows, in two passes:
-// blocks of (32 channels x 8 row lanes) sum a chunk of rows each into double
-// partials, then one thread per channel adds the chunks in order. Deterministic.
+// rounding per store). Forward: one block per row (a double sum through
+// block_sum). Backward as ops/rmsnorm_plan.h plans it: one pass where rows are at
+// most 1024 channels (a warp per row, 8 channels a load; each lane keeps its
+// channels' dweight sums in double registers, each block writes one row of
+// partials), else two (dinp a block per row, then dweight's partials over chunks of
+// rows, blocks of 32 channels x 8 row lanes). The partials are added by 8 lanes per
+// channel in a fixed order. Deterministic.
 
 #include <algorithm>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/elementwise.cuh"
 #include "ops/cuda/rmsnorm.h"
+#include "ops/rmsnorm_plan.h"
 
 namespace fanout::ops::cuda {
 
 namespace {
 
-constexpr int kRowLanes = 8;    // dweight: row lanes per block (blockDim.y)
-constexpr int kMaxChunks = 64;  // dweight: row chunks at most (partials per channel)
+constexpr int kRowLanes = 8;  // dweight: row lanes per block (blockDim.y)
 
 int row_block(int64_t C) {
   return static_cast<int>(std::clamp<int64_t>((C + kWarp - 1) / kWarp * kWarp, kWarp, kBlock));
@@ -101,14 +104,99 @@ __global__ void rmsnorm_weight_grad_partial(double* partial, const float* dout, 
   }
 }
 
-__global__ void rmsnorm_weight_grad_sum(float* dweight, const double* partial, int64_t C,
-                                        int chunks) {
-  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C;
-       c += int64_t(gridDim.x) * blockDim.x) {
-    double s = 0.0;
-    for (int k = 0; k < chunks; ++k) s += partial[k * C + c];
-    dweight[c] += static_cast<float>(s);
+// One pass, dinp (N, C) += d/dinp and partial[block][c] = the block's sum over rows
+// n of dy[n][c] x[n][c] rstd[n]: warp w takes rows begin + w, begin + w + 8, ...;
+// lane l channels (l + 32 g) * 8 .. + 8 for g < G. x and dy are read again after
+// the row's dot (from cache: the warp has just read them) to keep registers for
+// the sums. C % 8 == 0, C <= 256 G, every pointer 16-byte aligned.
+template <int G, typename W>
+__global__ void rmsnorm_rows_grad_one_pass(float* dinp, double* partial, const float* dout,
+                                           const float* inp, const W* weight, const float* rstd,
+                                           int64_t N, int64_t C, int64_t rows_per_block) {
+  __shared__ double block_dw[kWarp * kVec * G];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t begin = blockIdx.x * rows_per_block, end = min(N, begin + rows_per_block);
+  double dw[G][kVec] = {};
+  for (int64_t n = begin + warp; n < end; n += kRmsnormRowWarps) {
+    const float* x = inp + n * C;
+    const float* dy = dout + n * C;
+    double dot = 0.0;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int64_t c = (lane + int64_t(g) * kWarp) * kVec;
+      if (c >= C) continue;
+      float xv[kVec], dyv[kVec], wv[kVec];
+      load8(x + c, xv);
+      load8(dy + c, dyv);
+      load8(weight + c, wv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) dot += static_cast<double>(wv[k]) * dyv[k] * xv[k];
+    }
+    dot = warp_sum(dot);
+    const double r = rstd[n];
+    const double kr = r * r * r * dot / C;
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const int64_t c = (lane + int64_t(g) * kWarp) * kVec;
+      if (c >= C) continue;
+      float xv[kVec], dyv[kVec], wv[kVec], dxv[kVec];
+      load8(x + c, xv);
+      load8(dy + c, dyv);
+      load8(weight + c, wv);
+      load8(dinp + n * C + c, dxv);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        dxv[k] += static_cast<float>(r * wv[k] * dyv[k] - kr * xv[k]);
+        dw[g][k] += static_cast<double>(dyv[k]) * xv[k] * r;
+      }
+      store8(dinp + n * C + c, dxv);
+    }
   }
+  // The warps' sums into the block's, warp 0 first.
+  for (int w = 0; w < kRmsnormRowWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const int64_t c = (lane + int64_t(g) * kWarp) * kVec + k;
+          if (c < C) block_dw[c] = w == 0 ? dw[g][k] : block_dw[c] + dw[g][k];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) partial[blockIdx.x * C + c] = block_dw[c];
+}
+
+// dweight[c] += sum over k of partial[k][c]. Block (32, kRowLanes) over channels
+// [32 bx, 32 bx + 32): lane y adds rows y, y + 8, ... in order, then lane 0 the
+// lanes' sums in order.
+__global__ void rmsnorm_weight_grad_sum(float* dweight, const double* partial, int64_t C,
+                                        int64_t rows) {
+  __shared__ double lanes[kRowLanes][kWarp];
+  const int64_t c = blockIdx.x * int64_t(kWarp) + threadIdx.x;
+  double s = 0.0;
+  if (c < C) {
+#pragma unroll 4
+    for (int64_t k = threadIdx.y; k < rows; k += kRowLanes) s += partial[k * C + c];
+  }
+  lanes[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    double t = 0.0;
+    for (int l = 0; l < kRowLanes; ++l) t += lanes[l][threadIdx.x];
+    dweight[c] += static_cast<float>(t);
+  }
+}
+
+template <int G, typename W>
+void rmsnorm_one_pass_launch(const RmsnormGradPlan& p, cudaStream_t s, float* dinp, double* partial,
+                             const float* dout, const float* inp, const W* weight,
+                             const float* rstd, int64_t N, int64_t C) {
+  const int blocks = checked_int("rmsnorm_backward", "row blocks", p.partials);
+  rmsnorm_rows_grad_one_pass<G><<<blocks, kRmsnormRowWarps * kWarp, 0, s>>>(
+      dinp, partial, dout, inp, weight, rstd, N, C, p.rows_per_block);
 }
 
 }  // namespace
@@ -130,20 +218,43 @@ template <typename W>
 void rmsnorm_backward(void* stream, float* dinp, float* dweight, const float* dout,
                       const float* inp, const W* weight, const float* rstd, int64_t N, int64_t C) {
   if (N <= 0 || C <= 0) return;
-  const int rows = checked_int("rmsnorm_backward", "N", N);
+  const char* op = "rmsnorm_backward";
+  const bool aligned =
+      is_aligned16(dinp) && is_aligned16(dout) && is_aligned16(inp) && is_aligned16(weight);
+  const RmsnormGradPlan p = rmsnorm_grad_plan(N, C, aligned);
   BoundStream s(stream);
-  rmsnorm_rows_grad<<<rows, row_block(C), 0, s>>>(dinp, dout, inp, weight, rstd, C);
-  FANOUT_CUDA_LAUNCH_CHECK();
-
-  // Enough chunks to fill the GPU, few enough that the partials stay small.
-  const int chunks = static_cast<int>(std::min<int64_t>(kMaxChunks, (N + 63) / 64));
-  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-  StreamScratch partial(sizeof(double) * chunks * C, s);
-  const dim3 grid(checked_int("rmsnorm_backward", "C / 32", (C + kWarp - 1) / kWarp), chunks);
-  rmsnorm_weight_grad_partial<<<grid, dim3(kWarp, kRowLanes), 0, s>>>(
-      partial.as<double>(), dout, inp, rstd, N, C, rows_per_chunk);
-  FANOUT_CUDA_LAUNCH_CHECK();
-  rmsnorm_weight_grad_sum<<<grid_for(C), kBlock, 0, s>>>(dweight, partial.as<double>(), C, chunks);
+  StreamScratch partial(sizeof(double) * p.partials * C, s);
+  if (p.one_pass) {
+    switch (p.groups) {
+      case 1:
+        rmsnorm_one_pass_launch<1>(p, s, dinp, partial.as<double>(), dout, inp, weight, rstd, N, C);
+        break;
+      case 2:
+        rmsnorm_one_pass_launch<2>(p, s, dinp, partial.as<double>(), dout, inp, weight, rstd, N, C);
+        break;
+      case 3:
+        rmsnorm_one_pass_launch<3>(p, s, dinp, partial.as<double>(), dout, inp, weight, rstd, N, C);
+        break;
+      case 4:
+        rmsnorm_one_pass_launch<4>(p, s, dinp, partial.as<double>(), dout, inp, weight, rstd, N, C);
+        break;
+      default:
+        FANOUT_ASSERT(false, op, ": one pass over ", p.groups, " channel groups a lane");
+    }
+    FANOUT_CUDA_LAUNCH_CHECK();
+  } else {
+    rmsnorm_rows_grad<<<checked_int(op, "N", N), row_block(C), 0, s>>>(dinp, dout, inp, weight,
+                                                                       rstd, C);
+    FANOUT_CUDA_LAUNCH_CHECK();
+    const dim3 grid(checked_int(op, "C / 32", (C + kWarp - 1) / kWarp),
+                    checked_int(op, "row chunks", p.partials));
+    rmsnorm_weight_grad_partial<<<grid, dim3(kWarp, kRowLanes), 0, s>>>(
+        partial.as<double>(), dout, inp, rstd, N, C, p.rows_per_block);
+    FANOUT_CUDA_LAUNCH_CHECK();
+  }
+  const int channel_blocks = checked_int(op, "C / 32", (C + kWarp - 1) / kWarp);
+  rmsnorm_weight_grad_sum<<<channel_blocks, dim3(kWarp, kRowLanes), 0, s>>>(
+      dweight, partial.as<double>(), C, p.partials);
   FANOUT_CUDA_LAUNCH_CHECK();
 }
 

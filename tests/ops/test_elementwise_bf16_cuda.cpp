@@ -220,7 +220,8 @@ TEST_CASE("rmsnorm forward and backward on cuda:0 match the CPU with bf16 weight
   struct Shape2 {
     int64_t N, C;
   };
-  for (Shape2 sh : {Shape2{1, 1}, Shape2{3, 13}, Shape2{5, 64}, Shape2{257, 1000}}) {
+  for (Shape2 sh :
+       {Shape2{1, 1}, Shape2{3, 13}, Shape2{5, 64}, Shape2{257, 1000}, Shape2{300, 768}}) {
     for (int64_t off : kOffsets) {
       for (DType w_t : {DType::f32, DType::bf16}) {
         const auto [N, C] = sh;
@@ -259,7 +260,8 @@ TEST_CASE("rope forward and backward on cuda:0 match the CPU on bf16 rows, in pl
   struct Shape4 {
     int64_t B, T, H, D;
   };
-  for (Shape4 sh : {Shape4{1, 1, 1, 2}, Shape4{2, 5, 3, 14}, Shape4{2, 300, 4, 64}}) {
+  for (Shape4 sh : {Shape4{1, 1, 1, 2}, Shape4{2, 5, 3, 14}, Shape4{2, 300, 4, 64},
+                    Shape4{16, 33, 12, 64}, Shape4{1, 3, 2, 2064}}) {
     for (int64_t off : kOffsets) {
       const auto [B, T, H, D] = sh;
       const int64_t n = B * T * H * D;

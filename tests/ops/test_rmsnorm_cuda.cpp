@@ -1,5 +1,6 @@
 // GPU: RMSNorm forward (out, rstd) and backward (dinp and dweight accumulating
-// into non-zero buffers) on cuda:0 against the CPU dispatcher.
+// into non-zero buffers) on cuda:0 against the CPU dispatcher, through both of
+// backward's plans (ops/rmsnorm_plan.h).
 
 #include <doctest/doctest.h>
 
@@ -13,8 +14,12 @@ namespace {
 struct RmsnormSizes {
   int64_t N, C;
 };
-const RmsnormSizes kRmsnormSizes[] = {{1, 1},   {1, 7},      {3, 5},       {5, 33},
-                                      {2, 128}, {257, 1000}, {1000, 2048}, {4097, 3}};
+// Backward in one pass (C % 8 == 0, C <= 1024: 1 to 4 channel groups a lane, 264
+// leaving most lanes one group short; 4100 rows: several blocks, the last part
+// full) and in two (odd C, C > 1024).
+const RmsnormSizes kRmsnormSizes[] = {{1, 1},      {1, 7},      {3, 5},       {5, 33},
+                                      {2, 128},    {257, 1000}, {129, 264},   {4100, 768},
+                                      {300, 1024}, {17, 1032},  {1000, 2048}, {4097, 3}};
 }  // namespace
 
 TEST_CASE("rmsnorm forward and backward on cuda:0 match the CPU") {

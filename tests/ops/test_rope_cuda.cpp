@@ -17,9 +17,12 @@ struct RopeCase {
   double theta;
   int64_t pos_offset;
 };
+// Scalar and 16-byte steps (ops/rope_plan.h), one batch group and several (300
+// rows of one head), heads of more pairs than one block's table (2064 dims).
 const RopeCase kRopeCases[] = {{1, 1, 1, 2, 10000.0, 0},         {2, 3, 5, 6, 10000.0, 0},
                                {3, 17, 4, 64, 10000.0, 1000},    {1, 5, 3, 10, 500000.0, 7},
-                               {2, 300, 8, 128, 500000.0, 4000}, {1, 1, 32, 128, 10000.0, 8191}};
+                               {2, 300, 8, 128, 500000.0, 4000}, {1, 1, 32, 128, 10000.0, 8191},
+                               {300, 3, 1, 16, 10000.0, 2},      {1, 2, 2, 2064, 10000.0, 9}};
 }  // namespace
 
 TEST_CASE("rope forward and backward on cuda:0 match the CPU, in place too") {
