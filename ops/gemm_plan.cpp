@@ -1,5 +1,6 @@
 #include "ops/gemm_plan.h"
 
+#include <atomic>
 #include <functional>
 #include <limits>
 
@@ -116,6 +117,35 @@ size_t gemm_workspace_bytes(int cc_major) {
 std::string gemm_fallback_message(const ColMajorGemm& g, const char* status) {
   return detail::str_cat("matmul: cuBLASLt has no algorithm for M=", g.m, " N=", g.n, " K=", g.k,
                          " (", status, "); using cublasGemmEx");
+}
+
+// ---
+
+namespace {
+std::atomic<GemmAlgoChoice> g_algo_choice{GemmAlgoChoice::heuristic};
+}  // namespace
+
+void gemm_set_algo_choice(GemmAlgoChoice choice) {
+  g_algo_choice.store(choice, std::memory_order_relaxed);
+}
+
+GemmAlgoChoice gemm_algo_choice() {
+  return g_algo_choice.load(std::memory_order_relaxed);
+}
+
+GemmAlgoChoice gemm_algo_choice_parse(const std::string& text, const char* flag) {
+  FANOUT_CHECK(text == "heuristic" || text == "timed", flag, " must be heuristic or timed, got '",
+               text, "'");
+  return text == "timed" ? GemmAlgoChoice::timed : GemmAlgoChoice::heuristic;
+}
+
+int gemm_pick(const std::vector<double>& ms, double margin) {
+  int best = -1;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    if (ms[i] >= 0 && (best < 0 || ms[i] < ms[best])) best = static_cast<int>(i);
+  }
+  if (best > 0 && ms[0] >= 0 && ms[best] >= ms[0] * (1.0 - margin)) return 0;
+  return best;
 }
 
 }  // namespace fanout::ops

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "engine/core/dtype.h"
 
@@ -81,5 +82,29 @@ size_t gemm_workspace_bytes(int cc_major);
 
 // The line printed once per shape when cuBLASLt refuses one and cublasGemmEx runs it.
 std::string gemm_fallback_message(const ColMajorGemm& g, const char* status);
+
+// ---
+
+// How cuBLASLt's algorithm is chosen for each bf16 GEMM shape, for this process:
+// heuristic (its first answer; the default, and reproducible from run to run) or
+// timed (its kGemmCandidates best answers each timed once, at the shape's first
+// eager use, the fastest kept). Note [Timed GEMM algorithms] in gemm_cublas.cu.
+enum class GemmAlgoChoice { heuristic, timed };
+
+constexpr int kGemmCandidates = 8;
+// A timed candidate replaces the heuristic's first answer only when faster by more
+// than this share, so that timing noise does not swap equals.
+constexpr double kGemmTimedMargin = 0.03;
+
+void gemm_set_algo_choice(GemmAlgoChoice choice);
+GemmAlgoChoice gemm_algo_choice();
+
+// "heuristic" or "timed"; `flag` names the option in the error.
+GemmAlgoChoice gemm_algo_choice_parse(const std::string& text, const char* flag);
+
+// The candidate to keep from their times in ms (negative: the candidate refused
+// the shape): the fastest, unless candidate 0 (the heuristic's first answer) ran
+// and the fastest beats it by at most `margin` of its time. -1 when none ran.
+int gemm_pick(const std::vector<double>& ms, double margin);
 
 }  // namespace fanout::ops

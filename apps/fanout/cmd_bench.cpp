@@ -56,9 +56,10 @@ struct BenchArgs {
   double bucket_mb = 25.0;
   // fp32, bf16 or both (every mode in each); the dtype gradient sums travel in.
   std::string precision = "both", grad_comm = "fp32";
-  std::string attention = "auto";    // the attention kernel on CUDA devices (train's --attention)
-  std::string projections = "auto";  // train's --projections
-  std::string graphs = "auto";       // train's --graphs
+  std::string attention = "auto";  // the attention kernel on CUDA devices (train's --attention)
+  std::string gemm_algo = "heuristic";  // train's --gemm-algo
+  std::string projections = "auto";     // train's --projections
+  std::string graphs = "auto";          // train's --graphs
   // ops
   std::string op_device = "cpu:0", op_dtype = "both";
   int repeats = 5;
@@ -116,6 +117,8 @@ std::vector<std::string> worker_flags(const BenchArgs& a, const std::string& pre
                                     "--attention",   a.attention,
                                     "--projections", a.projections,
                                     "--graphs",      a.graphs};
+  // timed applies to the bf16 rows (train refuses it alone with fp32)
+  flags.insert(flags.end(), {"--gemm-algo", precision == "bf16" ? a.gemm_algo : "heuristic"});
   if (a.config_file.empty()) {
     flags.insert(flags.end(), {"--preset", a.preset});
   } else {
@@ -152,6 +155,7 @@ int run_bench_worker(const BenchArgs& a) {
   setup.recompute = a.recompute, setup.offload = a.offload == "optimizer";
   setup.graphs = graphs_flag(a.graphs);
   train::attention_apply(a.attention, setup.working, setup.devices);
+  train::gemm_algo_apply(a.gemm_algo, setup.working == DType::bf16, setup.devices);
   train::projections_apply(a.projections, setup.devices);
   // As `train --strategy ddp` connects under fanout launch, with its default timeout;
   // silently: the launcher line would land inside the bench's table.
@@ -218,6 +222,7 @@ bench::BenchSetup setup_of(BenchArgs& a, std::vector<parallel::Mode>& modes) {
   // "both" includes fp32, where cuDNN's attention has no path: cudnn needs bf16 alone.
   train::attention_apply(a.attention, a.precision == "bf16" ? DType::bf16 : DType::f32,
                          setup.devices);
+  train::gemm_algo_apply(a.gemm_algo, a.precision != "fp32", setup.devices);
   train::projections_apply(a.projections, setup.devices);
   setup.graphs = graphs_flag(a.graphs);
   setup.grad_comm = a.grad_comm == "bf16" ? DType::bf16 : DType::f32;
@@ -449,6 +454,10 @@ Command add_bench_command(CLI::App& app) {
     c->add_option("--attention", a->attention,
                   "The attention kernel on CUDA devices: auto, exact or cudnn (bf16 only)")
         ->capture_default_str();
+    c->add_option("--gemm-algo", a->gemm_algo,
+                  "heuristic or timed, as train's: how cuBLASLt's algorithm is chosen for each "
+                  "bf16 GEMM shape on CUDA devices")
+        ->capture_default_str();
     c->add_option("--projections", a->projections,
                   "auto, separate or fused (q/k/v as one GEMM, gate/up as one), as train's "
                   "(auto: fused on CUDA devices)")
@@ -530,7 +539,8 @@ Command add_bench_command(CLI::App& app) {
            {"--devices",   "--modes",     "--steps",     "--min-seconds", "--warmup",
             "--bucket-mb", "--json",      "--peers",     "--svg",         "--trace",
             "--precision", "--grad-comm", "--mfu",       "--kernels",     "--wide",
-            "--recompute", "--offload",   "--attention", "--projections", "--graphs"}) {
+            "--recompute", "--offload",   "--attention", "--projections", "--graphs",
+            "--gemm-algo"}) {
         FANOUT_CHECK(cmd->count(flag) == 0, flag, " does not apply to fanout bench ops");
       }
       return run_bench_ops(*a);

@@ -186,6 +186,10 @@ void add_optimisation_flags(TrainFlags& f, train::TrainOptions& o) {
   f.text("attention", o.attention,
          "The attention kernel on CUDA devices: auto (cuDNN's fused attention in bf16 where it "
          "loads, else the exact kernel), exact, or cudnn (bf16 only)");
+  f.text("gemm-algo", o.gemm_algo,
+         "heuristic (the default) or timed: how cuBLASLt's algorithm is chosen for each bf16 "
+         "GEMM shape on CUDA devices; timed tries its best few once, at first use, and keeps "
+         "the fastest (runs may then differ in the last bits)");
   f.text("projections", o.projections,
          "auto (the default: fused on CUDA devices, separate on CPU devices), separate or "
          "fused: q/k/v as one GEMM and gate/up as one; the same values, for comparing speeds");

@@ -12,6 +12,7 @@
 #include "engine/parallel/strategy.h"
 #include "models/llama_model.h"
 #include "ops/attention.h"
+#include "ops/gemm_plan.h"
 
 namespace fanout::train {
 
@@ -219,6 +220,20 @@ void attention_apply(const std::string& attention, DType working,
                  "add --precision bf16, or use --attention exact");
   }
   ops::attention_set_impl(impl);
+}
+
+void gemm_algo_apply(const std::string& gemm_algo, bool bf16, const std::vector<Device>& devices) {
+  const ops::GemmAlgoChoice choice = ops::gemm_algo_choice_parse(gemm_algo, "--gemm-algo");
+  if (choice == ops::GemmAlgoChoice::timed) {
+    FANOUT_CHECK(
+        std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cuda(); }),
+        "--gemm-algo timed times cuBLASLt's GEMM algorithms on CUDA devices; these are "
+        "CPU devices");
+    FANOUT_CHECK(bf16,
+                 "--gemm-algo timed chooses among cuBLASLt's bf16 GEMM algorithms (fp32 "
+                 "GEMMs run through cublasSgemm): add --precision bf16");
+  }
+  ops::gemm_set_algo_choice(choice);
 }
 
 bool all_cuda(const std::vector<Device>& devices) {

@@ -70,6 +70,10 @@ struct TrainOptions {
   // The attention kernel on CUDA devices: auto (cuDNN's fused SDPA in bf16 where it
   // loads, else the exact kernel), exact or cudnn. Run-local, like devices.
   std::string attention = "auto";
+  // How cuBLASLt's algorithm is chosen for each bf16 GEMM shape on CUDA devices:
+  // heuristic (its first answer) or timed (its best answers timed at first use;
+  // Note [Timed GEMM algorithms] in ops/cuda/gemm_cublas.cu). Run-local.
+  std::string gemm_algo = "heuristic";
   // separate, or fused (q/k/v as one GEMM, gate/up as one): the same values up to
   // the order of fp32 sums (Note [Fused projections]); auto: fused where every
   // device is a CUDA device, separate on CPU devices (projections_apply). Run-local,
@@ -124,6 +128,11 @@ DType precision_dtype(const std::string& precision, const char* flag = "--precis
 // name and cudnn where it cannot run (fp32, CPU-only devices, a build without cuDNN).
 void attention_apply(const std::string& attention, DType working,
                      const std::vector<Device>& devices);
+
+// Applies `--gemm-algo` (heuristic or timed) for this process, refusing an unknown
+// name and timed where no GEMM would be timed: no CUDA device, or no bf16 (`bf16`:
+// some run in bf16; fp32 GEMMs run through cublasSgemm).
+void gemm_algo_apply(const std::string& gemm_algo, bool bf16, const std::vector<Device>& devices);
 
 // Whether every one of `devices` is a CUDA device (and there is one): where the
 // auto defaults of --projections and --graphs turn on what measured faster.

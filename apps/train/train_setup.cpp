@@ -432,6 +432,7 @@ void prepare_devices(TrainOptions& o, Setup& s) {
   }
   devices_check_available(s.devices);
   attention_apply(o.attention, precision_dtype(o.precision), s.devices);
+  gemm_algo_apply(o.gemm_algo, precision_dtype(o.precision) == DType::bf16, s.devices);
   o.projections = projections_apply(o.projections, s.devices);
   o.graphs = graphs_resolve(o, s.devices);  // strategy, loss and overlap are settled
   precision_dtype(o.grad_comm, "--grad-comm");

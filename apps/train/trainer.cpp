@@ -192,7 +192,7 @@ std::vector<std::string> header_lines(const Setup& s, distributed::ProcessGroup*
   char header[4096];
   std::snprintf(
       header, sizeof header,
-      "fanout train: %.2fM parameters on %s | %s, loss on %s%s | %s%s%s%s%s%s | batch %lld x "
+      "fanout train: %.2fM parameters on %s | %s, loss on %s%s | %s%s%s%s%s%s%s | batch %lld x "
       "%lld%s "
       "| "
       "steps %lld..%lld | data %s (%lld tokens) | out %s",
@@ -200,6 +200,7 @@ std::vector<std::string> header_lines(const Setup& s, distributed::ProcessGroup*
       o.overlap ? ", overlap" : "", o.precision == "bf16" ? "bf16 mixed precision" : "fp32",
       o.grad_comm == "bf16" ? ", bf16 gradient sums" : "", o.recompute ? ", recompute" : "",
       o.projections == "fused" ? ", fused projections" : "", o.graphs == "on" ? ", graphs" : "",
+      o.gemm_algo == "timed" ? ", timed GEMMs" : "",
       o.sequence_parallel ? ", sequence parallel" : "", static_cast<long long>(o.batch_size),
       static_cast<long long>(o.seq_len),
       o.grad_accum > 1 ? (" in " + std::to_string(o.grad_accum) + " micro-batches").c_str() : "",

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "engine/core/check.h"
 #include "engine/core/cuda_check.h"
@@ -129,13 +130,18 @@ cublasOperation_t cublas_op(bool trans) {
   return trans ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
 
-// The descriptors of one GemmKey and the algorithm chosen for it; use_lt turns
-// false (once, with the stderr line) when Lt refuses the shape.
+// The descriptors of one GemmKey and the heuristic's answers for it, best first;
+// `chosen` indexes the one that runs (0 until timed). use_lt turns false (once,
+// with the stderr line) when Lt refuses the shape.
 struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, cd = nullptr;  // C and D share a layout
-  cublasLtMatmulAlgo_t algo{};
+  cublasLtMatmulAlgo_t algos[kGemmCandidates]{};                  // never changed after creation
+  int candidates = 0;
+  std::atomic<int> chosen{0};
   std::atomic<bool> use_lt{false};
+  std::atomic<bool> timed{false};
+  std::mutex timing;  // one thread times a plan's candidates
 
   LtPlan() = default;
   LtPlan(const LtPlan&) = delete;
@@ -185,18 +191,22 @@ std::unique_ptr<LtPlan> lt_plan_create(const GemmKey& key, const ColMajorGemm& g
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
     FANOUT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kGemmCandidates]{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      lt_handle(key.device), p->desc, p->a, p->b, p->cd, p->cd, pref, 1, &result, &found);
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(lt_handle(key.device), p->desc, p->a, p->b, p->cd, p->cd, pref,
+                                     kGemmCandidates, results, &found);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
     report_fallback(g, cublasGetStatusString(st));
   } else {
     cublas_check(st, "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
-    if (found == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
-      report_fallback(g, found == 0 ? "no heuristic result" : cublasGetStatusString(result.state));
+    if (found == 0 || results[0].state != CUBLAS_STATUS_SUCCESS) {
+      report_fallback(g,
+                      found == 0 ? "no heuristic result" : cublasGetStatusString(results[0].state));
     } else {
-      p->algo = result.algo;
+      for (int i = 0; i < found; ++i) {
+        if (results[i].state == CUBLAS_STATUS_SUCCESS) p->algos[p->candidates++] = results[i].algo;
+      }
       p->use_lt = true;
     }
   }
@@ -211,6 +221,121 @@ LtPlan& lt_plan(const GemmKey& key, const ColMajorGemm& g) {
   auto it = plans->find(key);
   if (it == plans->end()) it = plans->emplace(key, lt_plan_create(key, g).release()).first;
   return *it->second;
+}
+
+// Note [Timed GEMM algorithms]
+// With gemm_set_algo_choice(timed), a plan's candidates (the heuristic's best
+// answers) are timed once, at the plan's first call outside a stream recording
+// (a recording cannot wait for its events), on that call's own operands and
+// stream: one untimed call, then kTimedRuns calls between two events, each
+// candidate in turn, the host waiting for the last event. With beta 0 the calls
+// write D, which the real call then overwrites; with beta != 0 D is also an
+// input, so they write a zeroed scratch of D's size instead, and a scratch the
+// device cannot spare (or over kTimedScratchMax) leaves the heuristic's answer.
+// gemm_pick keeps the fastest unless it beats the first answer by at most
+// kGemmTimedMargin. A candidate that refuses the shape is skipped. Threads that
+// share a plan (replicas on one device) wait for its timing, so every call after
+// it runs the same kernel. The choice rests on timings: two runs may choose
+// differently and differ in the last bits, which is why it is not the default.
+
+constexpr int kTimedRuns = 3;
+constexpr size_t kTimedScratchMax = size_t(256) << 20;
+
+class EventPair {
+ public:
+  EventPair() {
+    FANOUT_CUDA_CHECK(cudaEventCreate(&start_));
+    const cudaError_t e = cudaEventCreate(&stop_);
+    if (e != cudaSuccess) {
+      cudaEventDestroy(start_);
+      FANOUT_CUDA_CHECK(e);
+    }
+  }
+  ~EventPair() {
+    cudaEventDestroy(stop_);
+    cudaEventDestroy(start_);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// Frees a stream-ordered allocation (or nothing) at the end of a scope.
+struct ScratchFree {
+  void* ptr;
+  cudaStream_t stream;
+  ~ScratchFree() {
+    if (ptr) cudaFreeAsync(ptr, stream);
+  }
+};
+
+bool capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  FANOUT_CUDA_CHECK(cudaStreamIsCapturing(s, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// The operands of the call that times a plan.
+struct GemmCall {
+  const void* A;
+  const void* B;  // at b_offset already
+  float beta;
+  const void* C;
+  void* D;
+};
+
+// Candidate i of a plan on the call's operands, into C and D.
+cublasStatus_t lt_matmul(LtPlan& p, int i, int device, const GemmCall& call, const void* C, void* D,
+                         const Workspace& ws, cudaStream_t s) {
+  const float alpha = 1.0f;
+  return cublasLtMatmul(lt_handle(device), p.desc, &alpha, call.A, p.a, call.B, p.b, &call.beta, C,
+                        p.cd, D, p.cd, &p.algos[i], ws.ptr, ws.bytes, s);
+}
+
+void lt_plan_time(LtPlan& p, const ColMajorGemm& g, DType cd, int device, cudaStream_t s,
+                  const GemmCall& call) {
+  if (p.timed.load(std::memory_order_acquire) || capturing(s)) return;
+  std::lock_guard<std::mutex> lock(p.timing);
+  if (p.timed.load(std::memory_order_relaxed)) return;
+  if (p.candidates < 2) {
+    p.timed.store(true, std::memory_order_release);
+    return;
+  }
+  const void* C = call.C;
+  void* D = call.D;
+  void* scratch = nullptr;
+  if (call.beta != 0.0f) {
+    const size_t bytes = size_t(g.ldc) * size_t(g.n) * dtype_size(cd);
+    if (bytes > kTimedScratchMax || cudaMallocAsync(&scratch, bytes, s) != cudaSuccess) {
+      (void)cudaGetLastError();  // out of memory is no error here: keep the heuristic's answer
+      p.timed.store(true, std::memory_order_release);
+      return;
+    }
+    FANOUT_CUDA_CHECK(cudaMemsetAsync(scratch, 0, bytes, s));
+    C = D = scratch;
+  }
+  const ScratchFree free_scratch{scratch, s};
+
+  const Workspace ws = lt_workspace(device, s);
+  EventPair ev;
+  std::vector<double> ms(p.candidates, -1.0);
+  for (int i = 0; i < p.candidates; ++i) {
+    const cublasStatus_t st = lt_matmul(p, i, device, call, C, D, ws, s);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) continue;
+    cublas_check(st, "cublasLtMatmul", __FILE__, __LINE__);
+    FANOUT_CUDA_CHECK(cudaEventRecord(ev.start_, s));
+    for (int r = 0; r < kTimedRuns; ++r)
+      cublas_check(lt_matmul(p, i, device, call, C, D, ws, s), "cublasLtMatmul", __FILE__,
+                   __LINE__);
+    FANOUT_CUDA_CHECK(cudaEventRecord(ev.stop_, s));
+    FANOUT_CUDA_CHECK(cudaEventSynchronize(ev.stop_));
+    float elapsed = 0.0f;
+    FANOUT_CUDA_CHECK(cudaEventElapsedTime(&elapsed, ev.start_, ev.stop_));
+    ms[i] = elapsed / kTimedRuns;
+  }
+  const int pick = gemm_pick(ms, kGemmTimedMargin);
+  p.chosen.store(pick < 0 ? 0 : pick, std::memory_order_release);
+  p.timed.store(true, std::memory_order_release);
 }
 
 // cublasSgemm and cublasGemmEx accumulate in place (D = op(A) op(B) + beta D): a C
@@ -270,11 +395,15 @@ void gemm_bf16(void* stream, const ColMajorGemm& g, const void* A, const void* B
                                gemm_alignment({A, b, C, D}));
   LtPlan& plan = lt_plan(key, g);
   if (plan.use_lt.load(std::memory_order_relaxed)) {
+    if (gemm_algo_choice() == GemmAlgoChoice::timed) {
+      lt_plan_time(plan, g, cd, device, s, GemmCall{A, b, beta, C, D});
+    }
     const Workspace ws = lt_workspace(device, s);
     const float alpha = 1.0f;
+    const cublasLtMatmulAlgo_t& algo = plan.algos[plan.chosen.load(std::memory_order_acquire)];
     const cublasStatus_t st =
         cublasLtMatmul(lt_handle(device), plan.desc, &alpha, A, plan.a, b, plan.b, &beta, C,
-                       plan.cd, D, plan.cd, &plan.algo, ws.ptr, ws.bytes, s);
+                       plan.cd, D, plan.cd, &algo, ws.ptr, ws.bytes, s);
     if (st == CUBLAS_STATUS_SUCCESS) return;
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublas_check(st, "cublasLtMatmul", __FILE__, __LINE__);
     if (plan.use_lt.exchange(false)) report_fallback(g, cublasGetStatusString(st));

@@ -1,12 +1,14 @@
 // The host side of the CUDA GEMMs (ops/gemm_plan.h), in every build: each op's
 // column-major GEMM run through a column-major reference in double must give the
 // row-major op (padded rows and row blocks included, padding untouched); the
-// plan cache key, alignment classes, workspace size, fallback line, vocab_padded.
+// plan cache key, alignment classes, workspace size, fallback line, vocab_padded;
+// which timed candidate is kept, and the --gemm-algo values.
 
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
@@ -226,4 +228,40 @@ TEST_CASE("gemm vocab_padded rounds V up to a multiple of 64") {
   CHECK_THROWS_AS(vocab_padded(-5), Error);
   CHECK_THROWS_AS(vocab_padded(std::numeric_limits<int64_t>::max()), Error);
   CHECK(vocab_padded(std::numeric_limits<int64_t>::max() - 63) % 64 == 0);
+}
+
+TEST_CASE("gemm_pick keeps the heuristic's first answer unless another beats it by the margin") {
+  const double m = kGemmTimedMargin;
+  CHECK(gemm_pick({1.0, 0.99, 1.2}, m) == 0);  // within the margin: timing noise
+  CHECK(gemm_pick({1.0, 0.9, 0.95}, m) == 1);  // the fastest, by more than it
+  CHECK(gemm_pick({1.0, 0.95, 0.9}, m) == 2);
+  CHECK(gemm_pick({1.0}, m) == 0);
+  CHECK(gemm_pick({1.0, 1.0 * (1 - m)}, m) == 0);  // exactly the margin is not enough
+  CHECK(gemm_pick({1.0, 0.5}, 0.0) == 1);
+  // A candidate that refused the shape (negative) is never kept.
+  CHECK(gemm_pick({1.0, -1.0, 0.5}, m) == 2);
+  CHECK(gemm_pick({-1.0, 0.8, 0.7}, m) == 2);  // no first answer to hold to: the fastest
+  CHECK(gemm_pick({-1.0, 0.8}, m) == 1);
+  CHECK(gemm_pick({-1.0, -1.0}, m) == -1);
+  CHECK(gemm_pick({}, m) == -1);
+  CHECK(gemm_pick({0.0, 0.5}, m) == 0);  // a zero time ran: the fastest
+}
+
+TEST_CASE("gemm algorithm choice parses heuristic and timed and refuses the rest in one line") {
+  CHECK(gemm_algo_choice_parse("heuristic", "--gemm-algo") == GemmAlgoChoice::heuristic);
+  CHECK(gemm_algo_choice_parse("timed", "--gemm-algo") == GemmAlgoChoice::timed);
+  for (const char* bad : {"", "Timed", "fast", "timed "}) {
+    CAPTURE(bad);
+    std::string what;
+    try {
+      gemm_algo_choice_parse(bad, "--gemm-algo");
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    CHECK(what == std::string("--gemm-algo must be heuristic or timed, got '") + bad + "'");
+  }
+  CHECK(gemm_algo_choice() == GemmAlgoChoice::heuristic);  // the default
+  gemm_set_algo_choice(GemmAlgoChoice::timed);
+  CHECK(gemm_algo_choice() == GemmAlgoChoice::timed);
+  gemm_set_algo_choice(GemmAlgoChoice::heuristic);
 }

@@ -3,7 +3,8 @@
 // bf16, backward accumulating onto non-zero gradients, weight-gradient rows from
 // row0 > 0, the residual folded into the forward, padded rows (ld_out, ld_dout),
 // operands at odd element offsets (alignment classes 2 and 4), and the cached
-// plan giving the same bits twice. Tolerances: Note [bf16 GEMM tolerance on cuda:0].
+// plan giving the same bits twice; the same under timed algorithms. Tolerances:
+// Note [bf16 GEMM tolerance on cuda:0].
 
 #include <doctest/doctest.h>
 
@@ -192,4 +193,49 @@ TEST_CASE("matmul bf16 on cuda:0 gives the same bits twice through its cached pl
   std::vector<float> first = tensor_to_vector<float>(s.gpu, a);
   CHECK(max_abs(cast_vector<double>(first)) > 0);
   CHECK(tensor_to_vector<float>(s.gpu, b) == first);
+}
+
+TEST_CASE("matmul bf16 on cuda:0 with timed algorithms matches the CPU and keeps what it adds to") {
+  // Note [Timed GEMM algorithms]: the first call of each shape times its candidates
+  // on the call's own operands; with beta 0 into D, else into a scratch, so the
+  // priors of the accumulating GEMMs and the residual must come through intact.
+  struct Restore {
+    ~Restore() { ops::gemm_set_algo_choice(ops::GemmAlgoChoice::heuristic); }
+  } restore;
+  ops::gemm_set_algo_choice(ops::GemmAlgoChoice::timed);
+  CpuAndCuda s;
+  // Shapes no other case here uses, so that these calls are their first.
+  for (auto [N, C, OC] : {Sizes{512, 384, 1152}, Sizes{300, 200, 520}}) {
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(OC);
+    TensorPair x = float_pair(s, DType::bf16, random_vector(N * C, 41), {N, C});
+    TensorPair w = float_pair(s, DType::bf16, random_vector(OC * C, 42), {OC, C});
+    TensorPair out = float_pair(s, DType::bf16, random_vector(N * OC, 43), {N, OC});
+    ops::matmul_forward(s.cpu, out.cpu, x.cpu, w.cpu, N, C, OC);
+    ops::matmul_forward(s.gpu, out.gpu, x.gpu, w.gpu, N, C, OC);
+    check_float_close(s, out, gemm_rtol(DType::bf16), gemm_atol(C), "out");
+
+    TensorPair dy = float_pair(s, DType::bf16, random_vector(N * OC, 44), {N, OC});
+    TensorPair dx = f32_pair(s, random_vector(N * C, 45), {N, C});
+    TensorPair dw = f32_pair(s, random_vector(OC * C, 46), {OC, C});
+    ops::matmul_backward(s.cpu, dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu, N, C, OC);
+    ops::matmul_backward(s.gpu, dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu, N, C, OC);
+    check_float_close(s, dx, kGemmRtol, gemm_atol(OC), "dinp");
+    check_float_close(s, dw, kGemmRtol, gemm_atol(N), "dweight");
+
+    TensorPair res = f32_pair(s, random_vector(N * OC, 47, -4.0, 4.0), {N, OC});
+    TensorPair sum = f32_pair(s, random_vector(N * OC, 48), {N, OC});
+    ops::matmul_forward_residual(s.cpu, sum.cpu, res.cpu, x.cpu, w.cpu, N, C, OC);
+    ops::matmul_forward_residual(s.gpu, sum.gpu, res.gpu, x.gpu, w.gpu, N, C, OC);
+    check_float_close(s, sum, kGemmRtol, gemm_atol(C), "out + residual");
+    check_cuda_equals_cpu(s, res, "residual unchanged");
+
+    // Timed once: later calls run the kept algorithm, the same bits each time.
+    Tensor a = f32_tensor(s.gpu, std::vector<double>(N * OC, 0.0), {N, OC});
+    Tensor b = f32_tensor(s.gpu, std::vector<double>(N * OC, 1.0), {N, OC});
+    ops::matmul_forward(s.gpu, a, x.gpu, w.gpu, N, C, OC);
+    ops::matmul_forward(s.gpu, b, x.gpu, w.gpu, N, C, OC);
+    CHECK(tensor_to_vector<float>(s.gpu, b) == tensor_to_vector<float>(s.gpu, a));
+  }
 }

@@ -230,6 +230,14 @@ TEST_CASE("bench measures each mode in fp32 and bf16 and reports the bytes the e
   CHECK(r.rc != 0);
   CHECK(r.err_lines() == 1);
   CHECK(has(r.err, "--graphs must be auto, on or off, got '1'"));
+  r = test::run_fanout(with(small_bench(), {"--gemm-algo", "tuned"}), kTimeout);
+  CHECK(r.rc != 0);
+  CHECK(r.err_lines() == 1);
+  CHECK(has(r.err, "--gemm-algo must be heuristic or timed, got 'tuned'"));
+  r = test::run_fanout(with(small_bench(), {"--gemm-algo", "timed"}), kTimeout);
+  CHECK(r.rc != 0);
+  CHECK(r.err_lines() == 1);
+  CHECK(has(r.err, "--gemm-algo timed times cuBLASLt's GEMM algorithms on CUDA devices"));
 }
 
 TEST_CASE("bench refuses flags it would ignore and two results on one path") {
@@ -246,6 +254,9 @@ TEST_CASE("bench refuses flags it would ignore and two results on one path") {
   r = test::run_fanout({"bench", "--graphs", "on", "ops"}, kTimeout);
   CHECK(r.rc == 1);
   CHECK(has(r.err, "--graphs does not apply to fanout bench ops"));
+  r = test::run_fanout({"bench", "--gemm-algo", "timed", "ops"}, kTimeout);
+  CHECK(r.rc == 1);
+  CHECK(has(r.err, "--gemm-algo does not apply to fanout bench ops"));
   r = test::run_fanout(with(small_bench(), {"--json", dir / "x", "--trace", dir / "x"}), kTimeout);
   CHECK(r.rc == 1);
   CHECK(r.err_lines() == 1);

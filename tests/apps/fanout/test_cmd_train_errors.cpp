@@ -124,6 +124,13 @@ TEST_CASE("train refuses each bad flag or data file with one line and no run dir
        {{"--projections", "merged"}},
        "--projections must be auto, fused or separate, got 'merged'"},
       {"unknown graphs", {{"--graphs", "yes"}}, "--graphs must be auto, on or off, got 'yes'"},
+      {"unknown gemm-algo",
+       {{"--gemm-algo", "fastest"}},
+       "--gemm-algo must be heuristic or timed, got 'fastest'"},
+      {"gemm-algo timed on CPU devices",
+       {{"--gemm-algo", "timed"}, {"--precision", "bf16"}},
+       "--gemm-algo timed times cuBLASLt's GEMM algorithms on CUDA devices; these are CPU "
+       "devices"},
       {"graphs with the loss on the output device",
        {{"--graphs", "on"}, {"--loss-on", "output"}},
        "--graphs on needs --loss-on replicas: with --loss-on output the logits leave"},

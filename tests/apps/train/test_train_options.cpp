@@ -1,6 +1,7 @@
 // The auto defaults of --projections and --graphs (apps/train/train_options.cpp):
 // what each resolves to on CPU and CUDA device lists, that auto never turns graphs
-// on for a run that `--graphs on` would refuse, and the one-line refusals.
+// on for a run that `--graphs on` would refuse, and the one-line refusals; where
+// --gemm-algo timed applies.
 
 #include <doctest/doctest.h>
 
@@ -11,6 +12,7 @@
 #include "apps/train/train_options.h"
 #include "engine/core/check.h"
 #include "models/llama_model.h"
+#include "ops/gemm_plan.h"
 #include "tests/apps/fanout/cli_runner.h"
 
 using namespace fanout;
@@ -100,4 +102,25 @@ TEST_CASE("--graphs takes auto, on or off only") {
     CHECK(error_of([&] { graphs_resolve(o, kCuda); }) ==
           std::string("--graphs must be auto, on or off, got '") + bad + "'");
   }
+}
+
+TEST_CASE("--gemm-algo timed needs a CUDA device and bf16, and sets the process's choice") {
+  struct Restore {
+    ~Restore() { ops::gemm_set_algo_choice(ops::GemmAlgoChoice::heuristic); }
+  } restore;
+  gemm_algo_apply("timed", true, kCuda);
+  CHECK(ops::gemm_algo_choice() == ops::GemmAlgoChoice::timed);
+  gemm_algo_apply("timed", true, kMixed);  // the CUDA device's GEMMs are timed
+  CHECK(ops::gemm_algo_choice() == ops::GemmAlgoChoice::timed);
+  gemm_algo_apply("heuristic", false, kCpu);  // heuristic applies anywhere
+  CHECK(ops::gemm_algo_choice() == ops::GemmAlgoChoice::heuristic);
+  CHECK(error_of([] { gemm_algo_apply("timed", true, kCpu); }) ==
+        "--gemm-algo timed times cuBLASLt's GEMM algorithms on CUDA devices; these are CPU "
+        "devices");
+  CHECK(error_of([] { gemm_algo_apply("timed", false, kCuda); }) ==
+        "--gemm-algo timed chooses among cuBLASLt's bf16 GEMM algorithms (fp32 GEMMs run "
+        "through cublasSgemm): add --precision bf16");
+  CHECK(error_of([] { gemm_algo_apply("fastest", true, kCuda); }) ==
+        "--gemm-algo must be heuristic or timed, got 'fastest'");
+  CHECK(ops::gemm_algo_choice() == ops::GemmAlgoChoice::heuristic);  // refusals change nothing
 }
