@@ -727,6 +727,20 @@ step_graphs() {
     -- --graphs off on
 }
 
+# Note [Timed GEMM algorithms] (ops/cuda/gemm_cublas.cu): cuBLASLt's first answer
+# for each GEMM shape against the fastest of its best few, timed in the warm-up.
+step_gemm_algo() {
+  if [ "$cpu" = 1 ] || [ "$quick" = 1 ]; then
+    local why="left out by --quick"
+    [ "$cpu" = 0 ] || why="GPU only (--cpu)"
+    row 4 "GEMM algorithms: heuristic vs timed" skipped "$why" 0
+    return
+  fi
+  # shellcheck disable=SC2046
+  ab_row "GEMM algorithms: heuristic vs timed" "$(seed_args | cut -d' ' -f2)" $(seed_args) \
+    -- --gemm-algo heuristic timed
+}
+
 # --- 5. compute-sanitizer -----------------------------------------------------------
 
 step_sanitizer() {
@@ -770,6 +784,7 @@ step_e2e
 step_bench
 step_projections
 step_graphs
+step_gemm_algo
 step_sanitizer
 write_summary
 cat "$out/summary.md"
