@@ -190,13 +190,26 @@ __global__ void rmsnorm_weight_grad_sum(float* dweight, const double* partial, i
   }
 }
 
-template <int G, typename W>
-void rmsnorm_one_pass_launch(const RmsnormGradPlan& p, cudaStream_t s, float* dinp, double* partial,
-                             const float* dout, const float* inp, const W* weight,
-                             const float* rstd, int64_t N, int64_t C) {
-  const int blocks = checked_int("rmsnorm_backward", "row blocks", p.partials);
-  rmsnorm_rows_grad_one_pass<G><<<blocks, kRmsnormRowWarps * kWarp, 0, s>>>(
-      dinp, partial, dout, inp, weight, rstd, N, C, p.rows_per_block);
+template <typename W>
+using OnePassKernel = void (*)(float*, double*, const float*, const float*, const W*, const float*,
+                               int64_t, int64_t, int64_t);
+
+// The one-pass kernel for `groups` channel groups a lane.
+template <typename W>
+OnePassKernel<W> one_pass_kernel(int groups) {
+  switch (groups) {
+    case 1:
+      return rmsnorm_rows_grad_one_pass<1, W>;
+    case 2:
+      return rmsnorm_rows_grad_one_pass<2, W>;
+    case 3:
+      return rmsnorm_rows_grad_one_pass<3, W>;
+    case 4:
+      return rmsnorm_rows_grad_one_pass<4, W>;
+    default:
+      FANOUT_ASSERT(false, "rmsnorm_backward: one pass over ", groups, " channel groups");
+      return nullptr;
+  }
 }
 
 }  // namespace
@@ -225,22 +238,9 @@ void rmsnorm_backward(void* stream, float* dinp, float* dweight, const float* do
   BoundStream s(stream);
   StreamScratch partial(sizeof(double) * p.partials * C, s);
   if (p.one_pass) {
-    switch (p.groups) {
-      case 1:
-        rmsnorm_one_pass_launch<1>(p, s, dinp, partial.as<double>(), dout, inp, weight, rstd, N, C);
-        break;
-      case 2:
-        rmsnorm_one_pass_launch<2>(p, s, dinp, partial.as<double>(), dout, inp, weight, rstd, N, C);
-        break;
-      case 3:
-        rmsnorm_one_pass_launch<3>(p, s, dinp, partial.as<double>(), dout, inp, weight, rstd, N, C);
-        break;
-      case 4:
-        rmsnorm_one_pass_launch<4>(p, s, dinp, partial.as<double>(), dout, inp, weight, rstd, N, C);
-        break;
-      default:
-        FANOUT_ASSERT(false, op, ": one pass over ", p.groups, " channel groups a lane");
-    }
+    const OnePassKernel<W> kernel = one_pass_kernel<W>(p.groups);
+    kernel<<<checked_int(op, "row blocks", p.partials), kRmsnormRowWarps * kWarp, 0, s>>>(
+        dinp, partial.as<double>(), dout, inp, weight, rstd, N, C, p.rows_per_block);
     FANOUT_CUDA_LAUNCH_CHECK();
   } else {
     rmsnorm_rows_grad<<<checked_int(op, "N", N), row_block(C), 0, s>>>(dinp, dout, inp, weight,
