@@ -2,7 +2,8 @@
 // The host side of the CUDA GEMMs, pure C++ so the CPU suite tests it in every
 // build: each matmul op as one column-major GEMM (ops/cuda/matmul.cu issues exactly
 // these), the key of the cuBLASLt plan cache with the pointer alignment class in it,
-// the workspace size, the fallback line, and vocab_padded for the LM head's logits.
+// the workspace size, the fallback line, vocab_padded for the LM head's logits, and
+// the process's choice of algorithm (heuristic or timed) with the timed pick.
 
 #include <cstddef>
 #include <cstdint>

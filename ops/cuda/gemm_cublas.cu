@@ -235,8 +235,9 @@ LtPlan& lt_plan(const GemmKey& key, const ColMajorGemm& g) {
 // gemm_pick keeps the fastest unless it beats the first answer by at most
 // kGemmTimedMargin. A candidate that refuses the shape is skipped. Threads that
 // share a plan (replicas on one device) wait for its timing, so every call after
-// it runs the same kernel. The choice rests on timings: two runs may choose
-// differently and differ in the last bits, which is why it is not the default.
+// it runs the same kernel; set back to heuristic, every plan runs its first answer
+// again. The choice rests on timings: two runs may choose differently and differ
+// in the last bits, which is why it is not the default.
 
 constexpr int kTimedRuns = 3;
 constexpr size_t kTimedScratchMax = size_t(256) << 20;
@@ -395,12 +396,13 @@ void gemm_bf16(void* stream, const ColMajorGemm& g, const void* A, const void* B
                                gemm_alignment({A, b, C, D}));
   LtPlan& plan = lt_plan(key, g);
   if (plan.use_lt.load(std::memory_order_relaxed)) {
-    if (gemm_algo_choice() == GemmAlgoChoice::timed) {
-      lt_plan_time(plan, g, cd, device, s, GemmCall{A, b, beta, C, D});
-    }
+    // Heuristic: its first answer, even for a plan timed earlier in the process.
+    const bool timed = gemm_algo_choice() == GemmAlgoChoice::timed;
+    if (timed) lt_plan_time(plan, g, cd, device, s, GemmCall{A, b, beta, C, D});
     const Workspace ws = lt_workspace(device, s);
     const float alpha = 1.0f;
-    const cublasLtMatmulAlgo_t& algo = plan.algos[plan.chosen.load(std::memory_order_acquire)];
+    const cublasLtMatmulAlgo_t& algo =
+        plan.algos[timed ? plan.chosen.load(std::memory_order_acquire) : 0];
     const cublasStatus_t st =
         cublasLtMatmul(lt_handle(device), plan.desc, &alpha, A, plan.a, b, plan.b, &beta, C,
                        plan.cd, D, plan.cd, &algo, ws.ptr, ws.bytes, s);
