@@ -251,6 +251,12 @@ void cuda_stream_abort_capture(void* stream) noexcept {
   cudaGetLastError();
 }
 
+bool cuda_stream_capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  FANOUT_CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void cuda_graph_launch(void* graph, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   CudaDeviceGuard guard(s);
@@ -464,6 +470,9 @@ void* cuda_stream_end_capture(void*) {
   no_cuda();
 }
 void cuda_stream_abort_capture(void*) noexcept {}
+bool cuda_stream_capturing(void*) {
+  no_cuda();
+}
 void cuda_graph_launch(void*, void*) {
   no_cuda();
 }

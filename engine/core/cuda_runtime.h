@@ -63,6 +63,8 @@ void cuda_fence_recycle(void* event) noexcept;
 void cuda_stream_begin_capture(void* stream);
 void* cuda_stream_end_capture(void* stream);
 void cuda_stream_abort_capture(void* stream) noexcept;
+// Whether `stream` records a graph now (whoever began it).
+bool cuda_stream_capturing(void* stream);
 void cuda_graph_launch(void* graph, void* stream);
 void cuda_graph_destroy(void* graph) noexcept;
 

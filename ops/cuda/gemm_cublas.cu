@@ -18,6 +18,7 @@
 
 #include "engine/core/check.h"
 #include "engine/core/cuda_check.h"
+#include "engine/core/cuda_runtime.h"
 #include "ops/cuda/common.cuh"
 
 // A cuBLAS or cuBLASLt call that must succeed: the status, the current device,
@@ -242,23 +243,24 @@ LtPlan& lt_plan(const GemmKey& key, const ColMajorGemm& g) {
 constexpr int kTimedRuns = 3;
 constexpr size_t kTimedScratchMax = size_t(256) << 20;
 
-class EventPair {
- public:
-  EventPair() {
-    FANOUT_CUDA_CHECK(cudaEventCreate(&start_));
-    const cudaError_t e = cudaEventCreate(&stop_);
-    if (e != cudaSuccess) {
-      cudaEventDestroy(start_);
-      FANOUT_CUDA_CHECK(e);
+// Two timing events on a device for a scope.
+struct TimingEvents {
+  void* start;
+  void* stop = nullptr;
+  explicit TimingEvents(int device) : start(cuda_timing_event_create(device)) {
+    try {
+      stop = cuda_timing_event_create(device);
+    } catch (...) {
+      cuda_event_destroy(start);
+      throw;
     }
   }
-  ~EventPair() {
-    cudaEventDestroy(stop_);
-    cudaEventDestroy(start_);
+  ~TimingEvents() {
+    cuda_event_destroy(stop);
+    cuda_event_destroy(start);
   }
-  EventPair(const EventPair&) = delete;
-  EventPair& operator=(const EventPair&) = delete;
-  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  TimingEvents(const TimingEvents&) = delete;
+  TimingEvents& operator=(const TimingEvents&) = delete;
 };
 
 // Frees a stream-ordered allocation (or nothing) at the end of a scope.
@@ -269,12 +271,6 @@ struct ScratchFree {
     if (ptr) cudaFreeAsync(ptr, stream);
   }
 };
-
-bool capturing(cudaStream_t s) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  FANOUT_CUDA_CHECK(cudaStreamIsCapturing(s, &status));
-  return status != cudaStreamCaptureStatusNone;
-}
 
 // The operands of the call that times a plan.
 struct GemmCall {
@@ -295,7 +291,7 @@ cublasStatus_t lt_matmul(LtPlan& p, int i, int device, const GemmCall& call, con
 
 void lt_plan_time(LtPlan& p, const ColMajorGemm& g, DType cd, int device, cudaStream_t s,
                   const GemmCall& call) {
-  if (p.timed.load(std::memory_order_acquire) || capturing(s)) return;
+  if (p.timed.load(std::memory_order_acquire) || cuda_stream_capturing(s)) return;
   std::lock_guard<std::mutex> lock(p.timing);
   if (p.timed.load(std::memory_order_relaxed)) return;
   if (p.candidates < 2) {
@@ -318,21 +314,18 @@ void lt_plan_time(LtPlan& p, const ColMajorGemm& g, DType cd, int device, cudaSt
   const ScratchFree free_scratch{scratch, s};
 
   const Workspace ws = lt_workspace(device, s);
-  EventPair ev;
+  TimingEvents ev(device);
   std::vector<double> ms(p.candidates, -1.0);
   for (int i = 0; i < p.candidates; ++i) {
     const cublasStatus_t st = lt_matmul(p, i, device, call, C, D, ws, s);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED) continue;
     cublas_check(st, "cublasLtMatmul", __FILE__, __LINE__);
-    FANOUT_CUDA_CHECK(cudaEventRecord(ev.start_, s));
+    cuda_event_record(ev.start, s);
     for (int r = 0; r < kTimedRuns; ++r)
       cublas_check(lt_matmul(p, i, device, call, C, D, ws, s), "cublasLtMatmul", __FILE__,
                    __LINE__);
-    FANOUT_CUDA_CHECK(cudaEventRecord(ev.stop_, s));
-    FANOUT_CUDA_CHECK(cudaEventSynchronize(ev.stop_));
-    float elapsed = 0.0f;
-    FANOUT_CUDA_CHECK(cudaEventElapsedTime(&elapsed, ev.start_, ev.stop_));
-    ms[i] = elapsed / kTimedRuns;
+    cuda_event_record(ev.stop, s);
+    ms[i] = cuda_event_elapsed_ms(ev.start, ev.stop) / kTimedRuns;
   }
   const int pick = gemm_pick(ms, kGemmTimedMargin);
   p.chosen.store(pick < 0 ? 0 : pick, std::memory_order_release);
