@@ -212,9 +212,8 @@ void attention_apply(const std::string& attention, DType working,
                      const std::vector<Device>& devices) {
   const ops::AttentionImpl impl = ops::attention_impl_parse(attention);
   if (impl == ops::AttentionImpl::cudnn) {
-    bool cuda = false;
-    for (const Device& d : devices) cuda = cuda || d.is_cuda();
-    FANOUT_CHECK(cuda, "--attention cudnn runs on CUDA devices; these are CPU devices");
+    FANOUT_CHECK(any_cuda(devices),
+                 "--attention cudnn runs on CUDA devices; these are CPU devices");
     FANOUT_CHECK(working == DType::bf16,
                  "--attention cudnn runs in bf16 (cuDNN's fused attention has no fp32 path): "
                  "add --precision bf16, or use --attention exact");
@@ -225,10 +224,9 @@ void attention_apply(const std::string& attention, DType working,
 void gemm_algo_apply(const std::string& gemm_algo, bool bf16, const std::vector<Device>& devices) {
   const ops::GemmAlgoChoice choice = ops::gemm_algo_choice_parse(gemm_algo, "--gemm-algo");
   if (choice == ops::GemmAlgoChoice::timed) {
-    FANOUT_CHECK(
-        std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cuda(); }),
-        "--gemm-algo timed times cuBLASLt's GEMM algorithms on CUDA devices; these are "
-        "CPU devices");
+    FANOUT_CHECK(any_cuda(devices),
+                 "--gemm-algo timed times cuBLASLt's GEMM algorithms on CUDA devices; these are "
+                 "CPU devices");
     FANOUT_CHECK(bf16,
                  "--gemm-algo timed chooses among cuBLASLt's bf16 GEMM algorithms (fp32 "
                  "GEMMs run through cublasSgemm): add --precision bf16");
@@ -239,6 +237,10 @@ void gemm_algo_apply(const std::string& gemm_algo, bool bf16, const std::vector<
 bool all_cuda(const std::vector<Device>& devices) {
   return !devices.empty() &&
          std::all_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cuda(); });
+}
+
+bool any_cuda(const std::vector<Device>& devices) {
+  return std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cuda(); });
 }
 
 std::string projections_apply(const std::string& projections, const std::vector<Device>& devices) {

@@ -137,6 +137,9 @@ void gemm_algo_apply(const std::string& gemm_algo, bool bf16, const std::vector<
 // Whether every one of `devices` is a CUDA device (and there is one): where the
 // auto defaults of --projections and --graphs turn on what measured faster.
 bool all_cuda(const std::vector<Device>& devices);
+// Whether one of `devices` is a CUDA device: where --attention cudnn and
+// --gemm-algo timed have something to act on.
+bool any_cuda(const std::vector<Device>& devices);
 
 // Applies `--projections` (auto, fused or separate) to the models this process
 // makes on `devices`, refusing any other value; returns what auto chose: fused

@@ -41,6 +41,13 @@ TEST_CASE("all_cuda: every device a CUDA device, and at least one") {
   CHECK_FALSE(all_cuda({}));
 }
 
+TEST_CASE("any_cuda: at least one CUDA device") {
+  CHECK(any_cuda(kCuda));
+  CHECK(any_cuda(kMixed));
+  CHECK_FALSE(any_cuda(kCpu));
+  CHECK_FALSE(any_cuda({}));
+}
+
 TEST_CASE("--projections auto is fused on CUDA devices and separate elsewhere") {
   ProjectionsDefault keep;
   CHECK(projections_apply("auto", kCuda) == "fused");
