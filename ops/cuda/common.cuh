@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <new>
 
 #include "engine/core/check.h"
 #include "engine/core/cuda_check.h"
@@ -109,6 +110,14 @@ class StreamScratch {
  public:
   StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
     if (bytes > 0) FANOUT_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream));
+  }
+  // Without throwing: no memory (as<T>() null) when the pool cannot spare `bytes`,
+  // the error cleared so that no later check reports it.
+  StreamScratch(size_t bytes, cudaStream_t stream, std::nothrow_t) : stream_(stream) {
+    if (bytes > 0 && cudaMallocAsync(&ptr_, bytes, stream) != cudaSuccess) {
+      ptr_ = nullptr;
+      (void)cudaGetLastError();
+    }
   }
   ~StreamScratch() {
     if (ptr_) cudaFreeAsync(ptr_, stream_);  // never throws; errors surface at the next check

@@ -263,16 +263,7 @@ struct TimingEvents {
   TimingEvents& operator=(const TimingEvents&) = delete;
 };
 
-// Frees a stream-ordered allocation (or nothing) at the end of a scope.
-struct ScratchFree {
-  void* ptr;
-  cudaStream_t stream;
-  ~ScratchFree() {
-    if (ptr) cudaFreeAsync(ptr, stream);
-  }
-};
-
-// The operands of the call that times a plan.
+// The operands of one GEMM call.
 struct GemmCall {
   const void* A;
   const void* B;  // at b_offset already
@@ -281,12 +272,12 @@ struct GemmCall {
   void* D;
 };
 
-// Candidate i of a plan on the call's operands, into C and D.
-cublasStatus_t lt_matmul(LtPlan& p, int i, int device, const GemmCall& call, const void* C, void* D,
-                         const Workspace& ws, cudaStream_t s) {
+// Candidate i of a plan on a call's operands.
+cublasStatus_t lt_matmul(LtPlan& p, int i, int device, const GemmCall& call, const Workspace& ws,
+                         cudaStream_t s) {
   const float alpha = 1.0f;
-  return cublasLtMatmul(lt_handle(device), p.desc, &alpha, call.A, p.a, call.B, p.b, &call.beta, C,
-                        p.cd, D, p.cd, &p.algos[i], ws.ptr, ws.bytes, s);
+  return cublasLtMatmul(lt_handle(device), p.desc, &alpha, call.A, p.a, call.B, p.b, &call.beta,
+                        call.C, p.cd, call.D, p.cd, &p.algos[i], ws.ptr, ws.bytes, s);
 }
 
 void lt_plan_time(LtPlan& p, const ColMajorGemm& g, DType cd, int device, cudaStream_t s,
@@ -298,32 +289,29 @@ void lt_plan_time(LtPlan& p, const ColMajorGemm& g, DType cd, int device, cudaSt
     p.timed.store(true, std::memory_order_release);
     return;
   }
-  const void* C = call.C;
-  void* D = call.D;
-  void* scratch = nullptr;
+  GemmCall run = call;  // with beta != 0, into the scratch
+  const size_t bytes = call.beta != 0.0f ? size_t(g.ldc) * size_t(g.n) * dtype_size(cd) : 0;
+  // Out of memory is no error here: the heuristic's answer stays.
+  const StreamScratch scratch(bytes <= kTimedScratchMax ? bytes : 0, s, std::nothrow);
   if (call.beta != 0.0f) {
-    const size_t bytes = size_t(g.ldc) * size_t(g.n) * dtype_size(cd);
-    if (bytes > kTimedScratchMax || cudaMallocAsync(&scratch, bytes, s) != cudaSuccess) {
-      (void)cudaGetLastError();  // out of memory is no error here: keep the heuristic's answer
+    if (!scratch.as<void>()) {
       p.timed.store(true, std::memory_order_release);
       return;
     }
-    FANOUT_CUDA_CHECK(cudaMemsetAsync(scratch, 0, bytes, s));
-    C = D = scratch;
+    FANOUT_CUDA_CHECK(cudaMemsetAsync(scratch.as<void>(), 0, bytes, s));
+    run.C = run.D = scratch.as<void>();
   }
-  const ScratchFree free_scratch{scratch, s};
 
   const Workspace ws = lt_workspace(device, s);
   TimingEvents ev(device);
   std::vector<double> ms(p.candidates, -1.0);
   for (int i = 0; i < p.candidates; ++i) {
-    const cublasStatus_t st = lt_matmul(p, i, device, call, C, D, ws, s);
+    const cublasStatus_t st = lt_matmul(p, i, device, run, ws, s);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED) continue;
     cublas_check(st, "cublasLtMatmul", __FILE__, __LINE__);
     cuda_event_record(ev.start, s);
     for (int r = 0; r < kTimedRuns; ++r)
-      cublas_check(lt_matmul(p, i, device, call, C, D, ws, s), "cublasLtMatmul", __FILE__,
-                   __LINE__);
+      cublas_check(lt_matmul(p, i, device, run, ws, s), "cublasLtMatmul", __FILE__, __LINE__);
     cuda_event_record(ev.stop, s);
     ms[i] = cuda_event_elapsed_ms(ev.start, ev.stop) / kTimedRuns;
   }
@@ -391,14 +379,11 @@ void gemm_bf16(void* stream, const ColMajorGemm& g, const void* A, const void* B
   if (plan.use_lt.load(std::memory_order_relaxed)) {
     // Heuristic: its first answer, even for a plan timed earlier in the process.
     const bool timed = gemm_algo_choice() == GemmAlgoChoice::timed;
-    if (timed) lt_plan_time(plan, g, cd, device, s, GemmCall{A, b, beta, C, D});
-    const Workspace ws = lt_workspace(device, s);
-    const float alpha = 1.0f;
-    const cublasLtMatmulAlgo_t& algo =
-        plan.algos[timed ? plan.chosen.load(std::memory_order_acquire) : 0];
+    const GemmCall call{A, b, beta, C, D};
+    if (timed) lt_plan_time(plan, g, cd, device, s, call);
     const cublasStatus_t st =
-        cublasLtMatmul(lt_handle(device), plan.desc, &alpha, A, plan.a, b, plan.b, &beta, C,
-                       plan.cd, D, plan.cd, &algo, ws.ptr, ws.bytes, s);
+        lt_matmul(plan, timed ? plan.chosen.load(std::memory_order_acquire) : 0, device, call,
+                  lt_workspace(device, s), s);
     if (st == CUBLAS_STATUS_SUCCESS) return;
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublas_check(st, "cublasLtMatmul", __FILE__, __LINE__);
     if (plan.use_lt.exchange(false)) report_fallback(g, cublasGetStatusString(st));
