@@ -24,46 +24,54 @@ struct Sizes {
 // 1, odd sizes (C or OC odd: rows off 16-byte alignment), aligned, and one large.
 const Sizes kSizes[] = {{1, 1, 1},     {7, 33, 17},   {3, 7, 259},      {33, 259, 7},
                         {16, 64, 128}, {65, 128, 33}, {1024, 768, 3072}};
+
+// out = x w^T into junk of out_dtype, on both devices.
+void check_forward(CpuAndCuda& s, const Sizes& z, DType out_dtype) {
+  const auto [N, C, OC] = z;
+  CAPTURE(N);
+  CAPTURE(C);
+  CAPTURE(OC);
+  CAPTURE(dtype_name(out_dtype));
+  TensorPair x = float_pair(s, DType::bf16, random_vector(N * C, 1), {N, C});
+  TensorPair w = float_pair(s, DType::bf16, random_vector(OC * C, 2), {OC, C});
+  TensorPair out = float_pair(s, out_dtype, random_vector(N * OC, 3), {N, OC});  // junk
+  ops::matmul_forward(s.cpu, out.cpu, x.cpu, w.cpu, N, C, OC);
+  ops::matmul_forward(s.gpu, out.gpu, x.gpu, w.gpu, N, C, OC);
+  check_float_close(s, out, gemm_rtol(out_dtype), gemm_atol(C), "out");
+}
+
+// dinp (if with_dinp) and dweight accumulated onto non-zero priors, on both devices.
+void check_backward(CpuAndCuda& s, const Sizes& z, bool with_dinp) {
+  const auto [N, C, OC] = z;
+  CAPTURE(N);
+  CAPTURE(C);
+  CAPTURE(OC);
+  CAPTURE(with_dinp);
+  TensorPair x = float_pair(s, DType::bf16, random_vector(N * C, 4), {N, C});
+  TensorPair w = float_pair(s, DType::bf16, random_vector(OC * C, 5), {OC, C});
+  TensorPair dy = float_pair(s, DType::bf16, random_vector(N * OC, 6), {N, OC});
+  TensorPair dx = f32_pair(s, random_vector(N * C, 7), {N, C});  // priors: += keeps them
+  TensorPair dw = f32_pair(s, random_vector(OC * C, 8), {OC, C});
+  ops::matmul_backward(s.cpu, with_dinp ? dx.cpu : Tensor(), dw.cpu, dy.cpu, x.cpu, w.cpu, N, C,
+                       OC);
+  ops::matmul_backward(s.gpu, with_dinp ? dx.gpu : Tensor(), dw.gpu, dy.gpu, x.gpu, w.gpu, N, C,
+                       OC);
+  check_float_close(s, dx, kGemmRtol, gemm_atol(OC), "dinp");
+  check_float_close(s, dw, kGemmRtol, gemm_atol(N), "dweight");
+}
 }  // namespace
 
 TEST_CASE("matmul bf16 forward on cuda:0 matches the CPU, into f32 and bf16") {
   CpuAndCuda s;
-  for (auto [N, C, OC] : kSizes) {
-    for (DType out_dtype : {DType::f32, DType::bf16}) {
-      CAPTURE(N);
-      CAPTURE(C);
-      CAPTURE(OC);
-      CAPTURE(dtype_name(out_dtype));
-      TensorPair x = float_pair(s, DType::bf16, random_vector(N * C, 1), {N, C});
-      TensorPair w = float_pair(s, DType::bf16, random_vector(OC * C, 2), {OC, C});
-      TensorPair out = float_pair(s, out_dtype, random_vector(N * OC, 3), {N, OC});  // junk
-      ops::matmul_forward(s.cpu, out.cpu, x.cpu, w.cpu, N, C, OC);
-      ops::matmul_forward(s.gpu, out.gpu, x.gpu, w.gpu, N, C, OC);
-      check_float_close(s, out, gemm_rtol(out_dtype), gemm_atol(C), "out");
-    }
+  for (const Sizes& z : kSizes) {
+    for (DType out_dtype : {DType::f32, DType::bf16}) check_forward(s, z, out_dtype);
   }
 }
 
 TEST_CASE("matmul bf16 backward on cuda:0 accumulates like the CPU, with and without dinp") {
   CpuAndCuda s;
-  for (auto [N, C, OC] : kSizes) {
-    for (bool with_dinp : {true, false}) {
-      CAPTURE(N);
-      CAPTURE(C);
-      CAPTURE(OC);
-      CAPTURE(with_dinp);
-      TensorPair x = float_pair(s, DType::bf16, random_vector(N * C, 4), {N, C});
-      TensorPair w = float_pair(s, DType::bf16, random_vector(OC * C, 5), {OC, C});
-      TensorPair dy = float_pair(s, DType::bf16, random_vector(N * OC, 6), {N, OC});
-      TensorPair dx = f32_pair(s, random_vector(N * C, 7), {N, C});  // priors: += keeps them
-      TensorPair dw = f32_pair(s, random_vector(OC * C, 8), {OC, C});
-      ops::matmul_backward(s.cpu, with_dinp ? dx.cpu : Tensor(), dw.cpu, dy.cpu, x.cpu, w.cpu, N, C,
-                           OC);
-      ops::matmul_backward(s.gpu, with_dinp ? dx.gpu : Tensor(), dw.gpu, dy.gpu, x.gpu, w.gpu, N, C,
-                           OC);
-      check_float_close(s, dx, kGemmRtol, gemm_atol(OC), "dinp");
-      check_float_close(s, dw, kGemmRtol, gemm_atol(N), "dweight");
-    }
+  for (const Sizes& z : kSizes) {
+    for (bool with_dinp : {true, false}) check_backward(s, z, with_dinp);
   }
 }
 
@@ -205,25 +213,16 @@ TEST_CASE("matmul bf16 on cuda:0 with timed algorithms matches the CPU and keeps
   ops::gemm_set_algo_choice(ops::GemmAlgoChoice::timed);
   CpuAndCuda s;
   // Shapes no other case here uses, so that these calls are their first.
-  for (auto [N, C, OC] : {Sizes{512, 384, 1152}, Sizes{300, 200, 520}}) {
+  for (const Sizes& z : {Sizes{512, 384, 1152}, Sizes{300, 200, 520}}) {
+    check_forward(s, z, DType::bf16);
+    check_backward(s, z, true);
+
+    const auto [N, C, OC] = z;
     CAPTURE(N);
     CAPTURE(C);
     CAPTURE(OC);
     TensorPair x = float_pair(s, DType::bf16, random_vector(N * C, 41), {N, C});
     TensorPair w = float_pair(s, DType::bf16, random_vector(OC * C, 42), {OC, C});
-    TensorPair out = float_pair(s, DType::bf16, random_vector(N * OC, 43), {N, OC});
-    ops::matmul_forward(s.cpu, out.cpu, x.cpu, w.cpu, N, C, OC);
-    ops::matmul_forward(s.gpu, out.gpu, x.gpu, w.gpu, N, C, OC);
-    check_float_close(s, out, gemm_rtol(DType::bf16), gemm_atol(C), "out");
-
-    TensorPair dy = float_pair(s, DType::bf16, random_vector(N * OC, 44), {N, OC});
-    TensorPair dx = f32_pair(s, random_vector(N * C, 45), {N, C});
-    TensorPair dw = f32_pair(s, random_vector(OC * C, 46), {OC, C});
-    ops::matmul_backward(s.cpu, dx.cpu, dw.cpu, dy.cpu, x.cpu, w.cpu, N, C, OC);
-    ops::matmul_backward(s.gpu, dx.gpu, dw.gpu, dy.gpu, x.gpu, w.gpu, N, C, OC);
-    check_float_close(s, dx, kGemmRtol, gemm_atol(OC), "dinp");
-    check_float_close(s, dw, kGemmRtol, gemm_atol(N), "dweight");
-
     TensorPair res = f32_pair(s, random_vector(N * OC, 47, -4.0, 4.0), {N, OC});
     TensorPair sum = f32_pair(s, random_vector(N * OC, 48), {N, OC});
     ops::matmul_forward_residual(s.cpu, sum.cpu, res.cpu, x.cpu, w.cpu, N, C, OC);
